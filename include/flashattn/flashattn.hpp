@@ -1,0 +1,122 @@
+// flashattn: exact attention, computed the IO-aware way (FlashAttention).
+//
+// Public C++ API. All tensors are non-owning views; the caller owns every buffer. Every entry point
+// returns a Status and never throws, aborts or synchronizes a CUDA stream.
+//
+// Layout (the flash-attn convention, strides in elements, last dimension contiguous):
+//   q    [batch, seqlen_q, heads_q,  hdim_qk]      varlen: [total_q, heads_q,  hdim_qk]
+//   k    [batch, seqlen_k, heads_kv, hdim_qk]      varlen: [total_k, heads_kv, hdim_qk]
+//   v    [batch, seqlen_k, heads_kv, hdim_v ]      varlen: [total_k, heads_kv, hdim_v ]
+//   out  [batch, seqlen_q, heads_q,  hdim_v ]      varlen: [total_q, heads_q,  hdim_v ]
+//   lse  fp32 [batch, heads_q, seqlen_q]           varlen: [heads_q, total_q]
+//   cu_seqlens_q / cu_seqlens_k: int32 [batch + 1] cumulative offsets (varlen only)
+//
+// Semantics: S = q·kᵀ·softmax_scale; if softcap > 0, S = softcap·tanh(S / softcap); masked entries
+// are −inf; P = softmax(S) per row; out = P·v; lse = log Σ exp(S) per row (natural log).
+// Masks (flash-attn's): query row i may see key j iff
+//   j ≤ i + seqlen_k − seqlen_q + window_right   (causal is window_right = 0)
+//   j ≥ i + seqlen_k − seqlen_q − window_left    (window_left = −1: unbounded)
+// i.e. causal is aligned bottom-right when seqlen_q ≠ seqlen_k.
+// A fully masked row (or a row of an empty key sequence) gets out = 0 and lse = +inf (as flash-attn),
+// so that the backward's exp(S − lse) is 0 there; its gradients are 0.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace flashattn {
+
+enum class DType : int { f32 = 0, f16 = 1, bf16 = 2, i32 = 3 };
+enum class Device : int { cpu = 0, cuda = 1 };
+
+const char* to_string(DType dtype);
+const char* to_string(Device device);
+std::size_t element_size(DType dtype);
+
+enum class StatusCode : int {
+  ok = 0,
+  invalid_argument = 1,  // the call is malformed: a shape, stride, pointer or option is wrong
+  not_supported = 2,     // well-formed, but no backend here implements it (e.g. fp32 on CUDA)
+  cuda_error = 3,        // the CUDA runtime reported an error (launch, configuration)
+  internal = 4,
+};
+
+struct Status {
+  StatusCode code = StatusCode::ok;
+  std::string message;  // names the argument and the value at fault
+
+  bool ok() const { return code == StatusCode::ok; }
+  static Status success() { return {}; }
+  static Status invalid(std::string msg) { return {StatusCode::invalid_argument, std::move(msg)}; }
+  static Status unsupported(std::string msg) { return {StatusCode::not_supported, std::move(msg)}; }
+};
+
+// A non-owning strided view. shape/stride beyond `rank` are ignored.
+struct TensorView {
+  static constexpr int kMaxRank = 4;
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  Device device = Device::cpu;
+  int rank = 0;
+  int64_t shape[kMaxRank] = {0, 0, 0, 0};
+  int64_t stride[kMaxRank] = {0, 0, 0, 0};
+
+  bool empty() const { return data == nullptr && rank == 0; }
+  int64_t numel() const;
+  // A contiguous (row-major) view of `shape`.
+  static TensorView contiguous(void* data, DType dtype, Device device, std::initializer_list<int64_t> shape);
+};
+
+// What forward and backward share: the inputs and the attention options.
+struct AttentionArgs {
+  TensorView q, k, v;
+
+  // Variable-length batches: set both (int32 [batch + 1], on the same device as q) and the maxima.
+  TensorView cu_seqlens_q, cu_seqlens_k;
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;
+
+  std::optional<float> softmax_scale;  // default 1/sqrt(hdim_qk)
+  bool causal = false;
+  int64_t window_left = -1, window_right = -1;  // −1: unbounded on that side
+  float softcap = 0.f;                          // 0: off
+
+  void* stream = nullptr;  // cudaStream_t for CUDA tensors; ignored on the CPU
+};
+
+struct ForwardArgs : AttentionArgs {
+  TensorView out;
+  TensorView lse;  // optional: may be left empty when not needed (the backward needs it)
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+};
+
+struct BackwardArgs : AttentionArgs {
+  TensorView out, lse, dout;  // from the forward, and the incoming gradient
+  TensorView dq, dk, dv;      // written (overwritten, not accumulated)
+  bool deterministic = false;  // bitwise reproducible dq (and GQA dk, dv), at some speed cost
+  void* workspace = nullptr;   // see backward_workspace_size
+  std::size_t workspace_bytes = 0;
+};
+
+// Which kernel family would run a call (for reporting); "cpu", "sm80", ... or "" if none.
+std::string forward_path(const ForwardArgs& args);
+std::string backward_path(const BackwardArgs& args);
+
+// supports(): ok when forward()/backward() would run these arguments; else the reason. It calls
+// the same selection as the run path, so the two cannot disagree.
+Status supports(const ForwardArgs& args);
+Status supports(const BackwardArgs& args);
+
+// Scratch each call needs in `workspace` (bytes, on the tensors' device); 0 when none.
+Status forward_workspace_size(const ForwardArgs& args, std::size_t* bytes);
+Status backward_workspace_size(const BackwardArgs& args, std::size_t* bytes);
+
+Status forward(const ForwardArgs& args);
+Status backward(const BackwardArgs& args);
+
+// True when the library was built with CUDA and a CUDA device is visible.
+bool cuda_available();
+
+}  // namespace flashattn

@@ -1,0 +1,138 @@
+// The public entry points: validate → select → run. No exception leaves this file.
+#include <exception>
+
+#include "api/select.hpp"
+#include "api/validate.hpp"
+#include "cuda/cuda_backend.hpp"
+
+namespace flashattn {
+
+const char* to_string(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+    case DType::i32: return "i32";
+  }
+  return "unknown-dtype";
+}
+
+const char* to_string(Device device) {
+  switch (device) {
+    case Device::cpu: return "cpu";
+    case Device::cuda: return "cuda";
+  }
+  return "unknown-device";
+}
+
+std::size_t element_size(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 4;
+    case DType::f16: return 2;
+    case DType::bf16: return 2;
+    case DType::i32: return 4;
+  }
+  return 0;
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= shape[i];
+  return rank == 0 ? 0 : n;
+}
+
+TensorView TensorView::contiguous(void* data, DType dtype, Device device, std::initializer_list<int64_t> shape) {
+  TensorView t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device = device;
+  t.rank = static_cast<int>(shape.size());
+  int i = 0;
+  for (int64_t s : shape) t.shape[i++] = s;
+  int64_t stride = 1;
+  for (int j = t.rank - 1; j >= 0; --j) {
+    t.stride[j] = stride;
+    stride *= t.shape[j];
+  }
+  return t;
+}
+
+bool cuda_available() { return cuda::device_available(); }
+
+namespace {
+
+template <class Args, class Params>
+auto plan_for(const Args& args, Params* params, Status* status) {
+  *status = to_params(args, params);
+  decltype(select(*params)) plan;
+  if (status->ok()) {
+    plan = select(*params);
+    *status = plan.status;
+  }
+  return plan;
+}
+
+template <class Args, class Params>
+Status run(const Args& args) try {
+  Params params;
+  Status status;
+  auto plan = plan_for(args, &params, &status);
+  if (!status.ok()) return status;
+  if (params.workspace_bytes < plan.workspace_bytes) {
+    return Status::invalid("workspace_bytes = " + std::to_string(params.workspace_bytes) + " is below the " +
+                           std::to_string(plan.workspace_bytes) + " bytes this call needs (see *_workspace_size)");
+  }
+  if (plan.workspace_bytes > 0 && params.workspace == nullptr) {
+    return Status::invalid("workspace: null, but this call needs " + std::to_string(plan.workspace_bytes) + " bytes");
+  }
+  return plan.run(params);
+} catch (const std::exception& e) {
+  return {StatusCode::internal, std::string("internal error: ") + e.what()};
+} catch (...) {
+  return {StatusCode::internal, "internal error: unknown exception"};
+}
+
+template <class Args, class Params>
+Status workspace_size(const Args& args, std::size_t* bytes) try {
+  if (bytes == nullptr) return Status::invalid("bytes: null output pointer");
+  Params params;
+  Status status;
+  auto plan = plan_for(args, &params, &status);
+  *bytes = status.ok() ? plan.workspace_bytes : 0;
+  return status;
+} catch (...) {
+  return {StatusCode::internal, "internal error in workspace query"};
+}
+
+template <class Args, class Params>
+std::string path_of(const Args& args) try {
+  Params params;
+  Status status;
+  auto plan = plan_for(args, &params, &status);
+  return status.ok() ? plan.path : "";
+} catch (...) {
+  return "";
+}
+
+}  // namespace
+
+Status supports(const ForwardArgs& args) {
+  std::size_t b;
+  return workspace_size<ForwardArgs, FwdParams>(args, &b);
+}
+Status supports(const BackwardArgs& args) {
+  std::size_t b;
+  return workspace_size<BackwardArgs, BwdParams>(args, &b);
+}
+Status forward_workspace_size(const ForwardArgs& args, std::size_t* bytes) {
+  return workspace_size<ForwardArgs, FwdParams>(args, bytes);
+}
+Status backward_workspace_size(const BackwardArgs& args, std::size_t* bytes) {
+  return workspace_size<BackwardArgs, BwdParams>(args, bytes);
+}
+std::string forward_path(const ForwardArgs& args) { return path_of<ForwardArgs, FwdParams>(args); }
+std::string backward_path(const BackwardArgs& args) { return path_of<BackwardArgs, BwdParams>(args); }
+Status forward(const ForwardArgs& args) { return run<ForwardArgs, FwdParams>(args); }
+Status backward(const BackwardArgs& args) { return run<BackwardArgs, BwdParams>(args); }
+
+}  // namespace flashattn

@@ -1,0 +1,77 @@
+// Internal, validated form of a call: what every backend receives. Host arguments (public
+// TensorViews) become these plain params once validation has passed, so backends never re-check.
+//
+// Indexing (uniform for padded and varlen batches): element (b, row, h, d) of q is at
+//   q + b * q_batch_stride + (row_offset_q(b) + row) * q_row_stride + h * q_head_stride + d
+// where row_offset_q(b) = cu_seqlens_q[b] for varlen (and q_batch_stride = 0), else 0. The same
+// holds for k, v (row_offset_k), out, dout, dq (row_offset_q), dk, dv (row_offset_k).
+// lse / D (fp32): lse + b * lse_batch_stride + h * lse_head_stride + row_offset_q(b) + row.
+#pragma once
+
+#include <cstdint>
+
+#include "flashattn/flashattn.hpp"
+
+namespace flashattn {
+
+// The mask as the kernels use it: query row i (of seqlen_q rows) may see key j iff
+//   i + diag − left ≤ j ≤ i + diag + right, diag = seqlen_k − seqlen_q (per sequence).
+// left/right < 0 mean unbounded; causal has been folded into right = 0 (and left kept).
+struct MaskParams {
+  bool causal = false;       // right == 0 from `causal` (kept for kernel specialization)
+  int64_t window_left = -1;  // < 0: unbounded
+  int64_t window_right = -1; // < 0: unbounded
+  bool has_mask() const { return window_left >= 0 || window_right >= 0; }
+};
+
+struct FwdParams {
+  DType dtype = DType::f32;  // of q, k, v, out (and dout, dq, dk, dv in the backward)
+  Device device = Device::cpu;
+
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  float* lse = nullptr;  // may be null in the forward (not requested)
+
+  int64_t batch = 0;
+  int64_t seqlen_q = 0, seqlen_k = 0;  // padded batch: the lengths; varlen: the maxima
+  int64_t heads_q = 0, heads_kv = 0;   // heads_q % heads_kv == 0
+  int64_t hdim_qk = 0, hdim_v = 0;
+
+  int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
+  int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
+  int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+  int64_t lse_batch_stride = 0, lse_head_stride = 0;
+
+  // Varlen: both set (int32 [batch + 1], on `device`), or both null.
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  int64_t total_q = 0, total_k = 0;  // rows of the packed tensors (varlen), else batch * seqlen
+
+  float softmax_scale = 1.f;
+  float softcap = 0.f;  // 0: off
+  MaskParams mask;
+
+  void* stream = nullptr;
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+
+  bool is_varlen() const { return cu_seqlens_q != nullptr; }
+  int64_t group_size() const { return heads_q / heads_kv; }  // query heads per kv head
+};
+
+struct BwdParams : FwdParams {
+  const void* dout = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  int64_t do_batch_stride = 0, do_row_stride = 0, do_head_stride = 0;
+  int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;
+  int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
+  int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
+  bool deterministic = false;
+};
+
+}  // namespace flashattn

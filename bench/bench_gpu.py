@@ -1,0 +1,156 @@
+"""GPU benchmark: flashattn side by side with PyTorch SDPA's cuDNN and flash (FlashAttention-2)
+backends, in one process, on the grid of docs/BENCHMARK.md (shared/docs). Writes one JSON file.
+
+  python3 bench/bench_gpu.py --out results.json [--modes fwd,bwd] [--hdims 64,128,256]
+      [--seqlens 512,...,16384] [--dtypes bf16] [--reps 30] [--lib build/libflashattn_c.so]
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flashattn_ctypes import FlashAttn  # noqa: E402
+
+DT = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def median_ms(fn, reps, warmup=5):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def flops(mode, causal, b, h, s, d):
+    f = 4.0 * b * h * s * s * d / (2 if causal else 1)
+    return f * (2.5 if mode == "bwd" else 1.0)
+
+
+def ceilings(reps):
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    bm = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    mm = median_ms(lambda: a @ bm, reps)
+    x = torch.randn(1 << 30, device="cuda", dtype=torch.float16)  # 2 GiB
+    y = torch.empty_like(x)
+    cp = median_ms(lambda: y.copy_(x), reps)
+    return {"bf16_matmul_tflops_8192cube": 2 * n**3 / mm / 1e9, "device_copy_tbps": 2 * x.numel() * 2 / cp / 1e9}
+
+
+def bench_cell(fa, mode, causal, dtype, d, s, reps):
+    b, h = 16384 // s, 2048 // d
+    dt = DT[dtype]
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt) for _ in range(3))
+    fl = flops(mode, causal, b, h, s, d)
+    rows = []
+    base = {"mode": mode, "causal": causal, "dtype": dtype, "hdim": d, "seqlen": s, "batch": b, "heads": h}
+
+    # flashattn
+    out = torch.empty_like(q)
+    lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+    a = fa.args(q, k, v, out=out, lse=lse, causal=causal)
+    ws_f = fa.with_workspace(a, False, "cuda")
+    try:
+        if mode == "fwd":
+            path = fa.path(a)
+            ms = median_ms(lambda: fa.forward(a), reps)
+        else:
+            fa.forward(a)
+            dout = torch.randn_like(out)
+            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+            ab = fa.args(q, k, v, out=out, lse=lse, dout=dout, dq=dq, dk=dk, dv=dv, causal=causal)
+            ws_b = fa.with_workspace(ab, True, "cuda")  # noqa: F841
+            path = fa.path(ab, backward=True)
+            ms = median_ms(lambda: fa.backward(ab), reps)
+        rows.append(dict(impl="flashattn", path=path, **base, tflops=fl / ms / 1e9, ms=ms))
+    except RuntimeError as e:
+        rows.append(dict(impl="flashattn", **base, error=str(e)))
+    del ws_f
+
+    # PyTorch SDPA, (b, h, s, d) views of the same (b, s, h, d) storage
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    for impl, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("torch-flash", SDPBackend.FLASH_ATTENTION)):
+        try:
+            with sdpa_kernel([backend]):
+                if mode == "fwd":
+                    ms = median_ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal), reps)
+                else:
+                    qg, kg, vg = (x.detach().requires_grad_() for x in (qt, kt, vt))
+                    o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+                    do = torch.randn_like(o)
+                    ms = median_ms(lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True), reps)
+            rows.append(dict(impl=impl, **base, tflops=fl / ms / 1e9, ms=ms))
+        except RuntimeError as e:
+            rows.append(dict(impl=impl, **base, error=str(e)[:200]))
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--modes", default="fwd,bwd")
+    p.add_argument("--causal", default="0,1")
+    p.add_argument("--dtypes", default="bf16")
+    p.add_argument("--hdims", default="64,128,256")
+    p.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--lib", default=None)
+    p.add_argument("--anchors", default=None, help="anchors JSON to print goal ratios beside ours")
+    args = p.parse_args()
+
+    fa = FlashAttn(args.lib)
+    torch.manual_seed(0)
+    commit = os.environ.get("FLASHATTN_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    result = {"gpu": torch.cuda.get_device_name(), "commit": commit,
+              "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+              "cudnn": torch.backends.cudnn.version(), "ceilings": ceilings(10), "rows": []}
+    for mode in args.modes.split(","):
+        for dtype in args.dtypes.split(","):
+            for causal in (bool(int(c)) for c in args.causal.split(",")):
+                for d in (int(x) for x in args.hdims.split(",")):
+                    for s in (int(x) for x in args.seqlens.split(",")):
+                        rows = bench_cell(fa, mode, causal, dtype, d, s, args.reps)
+                        result["rows"].extend(rows)
+                        by = {r["impl"]: r.get("tflops", float("nan")) for r in rows}
+                        print(f"{mode} causal={int(causal)} {dtype} d={d:3d} s={s:5d}  flashattn {by['flashattn']:6.1f}"
+                              f"  cudnn {by['cudnn']:6.1f}  torch-flash {by['torch-flash']:6.1f}"
+                              f"  vs cudnn {by['flashattn'] / by['cudnn']:.3f}  vs fa2 {by['flashattn'] / by['torch-flash']:.3f}",
+                              flush=True)
+                        torch.cuda.empty_cache()
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    summary(result)
+
+
+def summary(result):
+    rows = result["rows"]
+    ours = [r for r in rows if r["impl"] == "flashattn"]
+    lost = 0
+    for r in ours:
+        key = lambda x: (x["mode"], x["causal"], x["dtype"], x["hdim"], x["seqlen"])  # noqa: E731
+        fa2 = next((x for x in rows if x["impl"] == "torch-flash" and key(x) == key(r)), {})
+        if "tflops" not in r or "tflops" not in fa2 or r["tflops"] < fa2["tflops"]:
+            lost += 1
+    print(f"cells: {len(ours)}; below torch-flash: {lost}; ceilings: {result['ceilings']}")
+
+
+if __name__ == "__main__":
+    main()

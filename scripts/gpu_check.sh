@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# On a GPU machine, in one command: build, run the GPU tests, run compute-sanitizer (memcheck and
+# racecheck) on a subset, run the benchmark, and write a JSON report plus logs to an output folder.
+#
+#   scripts/gpu_check.sh OUT_DIR            (all steps)
+#   STEPS=build,test,sanitize,bench,cli scripts/gpu_check.sh OUT_DIR
+# Environment: BUILD_DIR (default build-gpu; reused when it exists), CUDA_ARCHS (default: the
+# visible GPU's, e.g. 90a on Hopper), JOBS, TEST_FILTER (ctest -R regex for the GPU tests),
+# SANITIZE_FILTER (gtest filter of the sanitizer subset), BENCH_ARGS (extra bench_gpu.py flags).
+set -uo pipefail
+OUT=${1:?usage: gpu_check.sh OUT_DIR}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+STEPS=${STEPS:-build,test,sanitize,bench,cli}
+BUILD_DIR=${BUILD_DIR:-build-gpu}
+JOBS=${JOBS:-$(nproc)}
+TEST_FILTER=${TEST_FILTER:-Cuda}
+SANITIZE_FILTER=${SANITIZE_FILTER:-*Cuda*Small*}
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+export FLASHATTN_COMMIT=${FLASHATTN_COMMIT:-$COMMIT}
+report="$OUT/report.json"
+declare -A status
+has() { [[ ",$STEPS," == *",$1,"* ]]; }
+log() { echo "== $(date +%T) $*" | tee -a "$OUT/gpu_check.log"; }
+
+if [ -z "${CUDA_ARCHS:-}" ]; then
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+  case "$cc" in 90) CUDA_ARCHS=90a ;; "") CUDA_ARCHS="80;90a" ;; *) CUDA_ARCHS=$cc ;; esac
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$OUT/gpu.txt" 2>&1
+
+if has build; then
+  log "build ($BUILD_DIR, archs $CUDA_ARCHS, -j$JOBS)"
+  start=$(date +%s)
+  { cmake -S . -B "$BUILD_DIR" -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS="$CUDA_ARCHS" -DCMAKE_BUILD_TYPE=Release &&
+    cmake --build "$BUILD_DIR" -j "$JOBS"; } >"$OUT/build.log" 2>&1
+  status[build]=$?
+  status[build_seconds]=$(( $(date +%s) - start ))
+  [ "${status[build]}" = 0 ] || { log "build FAILED"; tail -40 "$OUT/build.log"; }
+fi
+
+if has test; then
+  log "GPU tests (ctest -R '$TEST_FILTER')"
+  ctest --test-dir "$BUILD_DIR" -R "$TEST_FILTER" -j 4 --output-on-failure --timeout 600 >"$OUT/ctest.log" 2>&1
+  status[test]=$?
+  tail -5 "$OUT/ctest.log"
+  grep -E "^\s*[0-9]+/[0-9]+ Test.*(Failed|Exception|Timeout)" "$OUT/ctest.log" | head -40
+fi
+
+if has sanitize; then
+  for tool in memcheck racecheck; do
+    log "compute-sanitizer $tool on '$SANITIZE_FILTER'"
+    for bin in "$BUILD_DIR"/tests/flashattn_tests "$BUILD_DIR"/tests/cuda/flashattn_cuda_tests; do
+      [ -x "$bin" ] || continue
+      compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --gtest_filter="$SANITIZE_FILTER" \
+        >>"$OUT/sanitize_$tool.log" 2>&1
+      rc=$?
+      status[sanitize_$tool]=$(( ${status[sanitize_$tool]:-0} | rc ))
+    done
+    tail -3 "$OUT/sanitize_$tool.log"
+  done
+fi
+
+if has cli && [ -x "$BUILD_DIR/tools/flashattn/flashattn" ]; then
+  log "CLI runs"
+  cli="$BUILD_DIR/tools/flashattn/flashattn"
+  { $cli run --backend cuda --json;
+    $cli run --backend cuda --seqlen 131072 --heads 1 --batch 1 --headdim 128 --dtype bf16 --backward --repeats 3 --json;
+  } >"$OUT/cli.log" 2>&1
+  status[cli]=$?
+  tail -c 3000 "$OUT/cli.log"
+fi
+
+if has bench; then
+  log "benchmark"
+  python3 bench/bench_gpu.py --lib "$BUILD_DIR/libflashattn_c.so" --out "$OUT/bench.json" ${BENCH_ARGS:-} \
+    2>&1 | tee "$OUT/bench.log"
+  status[bench]=${PIPESTATUS[0]}
+fi
+
+{
+  echo "{\"commit\": \"$COMMIT\", \"date\": \"$(date -I)\", \"archs\": \"$CUDA_ARCHS\", \"steps\": {"
+  first=1
+  for k in "${!status[@]}"; do
+    [ $first = 1 ] || echo ","
+    first=0
+    printf '  "%s": %s' "$k" "${status[$k]}"
+  done
+  echo "}}"
+} >"$report"
+log "report: $(tr -d '\n' <"$report")"

@@ -1,0 +1,80 @@
+// The one product every tile step uses: C += A · B on contiguous float tiles, with A read either as
+// stored or transposed. Q·Kᵀ, P·V, dO·Vᵀ and dS·K are A·B with the right operand stored [k][n]
+// (Kᵀ and Vᵀ are loaded transposed for that); Pᵀ·dO and dSᵀ·Q read A transposed.
+//
+// Every element of C is accumulated in order of k, one fused multiply-add at a time: no sum is
+// reassociated, so the compiler vectorizes along n without -ffast-math and the result does not
+// depend on the thread count.
+#pragma once
+
+#include <cstdint>
+
+namespace flashattn::cpu {
+
+// A read-only matrix operand: element (i, k) is at data[i * row_stride + k * col_stride].
+// A tile stored [m][k] is {data, ld, 1}; its transpose is {data, 1, ld}.
+struct MatA {
+  const float* data;
+  int64_t row_stride, col_stride;
+
+  float operator()(int64_t i, int64_t k) const { return data[i * row_stride + k * col_stride]; }
+  MatA rows_from(int64_t i) const { return {data + i * row_stride, row_stride, col_stride}; }
+};
+
+inline MatA as_stored(const float* tile, int64_t ld) { return {tile, ld, 1}; }
+inline MatA transposed(const float* tile, int64_t ld) { return {tile, 1, ld}; }
+
+namespace detail {
+
+// C[m × n] += A[m × k] · B[k × n], any sizes: one row of C at a time.
+inline void matmul_acc_rows(float* __restrict c, int64_t ldc, MatA a, const float* __restrict b, int64_t ldb,
+                            int64_t m, int64_t n, int64_t k) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* __restrict c_row = c + i * ldc;
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const float a_ik = a(i, kk);
+      const float* __restrict b_row = b + kk * ldb;
+      for (int64_t j = 0; j < n; ++j) c_row[j] += a_ik * b_row[j];
+    }
+  }
+}
+
+// The register-blocked body: a kRows × kCols block of C stays in registers across the whole k loop
+// (kRows rows share each load of B), so the loop is bound by FMAs instead of by stores to C.
+template <int kRows, int kCols>
+inline void matmul_acc_block(float* __restrict c, int64_t ldc, MatA a, const float* __restrict b, int64_t ldb,
+                             int64_t k) {
+  float acc[kRows][kCols];
+  for (int r = 0; r < kRows; ++r)
+    for (int j = 0; j < kCols; ++j) acc[r][j] = c[r * ldc + j];
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const float* __restrict b_row = b + kk * ldb;
+    for (int r = 0; r < kRows; ++r) {
+      const float a_rk = a(r, kk);
+      for (int j = 0; j < kCols; ++j) acc[r][j] += a_rk * b_row[j];
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int j = 0; j < kCols; ++j) c[r * ldc + j] = acc[r][j];
+}
+
+}  // namespace detail
+
+// C[m × n] += A[m × k] · B[k × n]; C and B row-major with leading dimensions ldc, ldb.
+// Blocks of 8 rows × 32 (then 16) columns take the register-blocked path; edges the row loop.
+inline void matmul_acc(float* c, int64_t ldc, MatA a, const float* b, int64_t ldb, int64_t m, int64_t n, int64_t k) {
+  constexpr int kRows = 8, kWide = 32, kNarrow = 16;
+  int64_t i = 0;
+  for (; i + kRows <= m; i += kRows) {
+    float* c_rows = c + i * ldc;
+    const MatA a_rows = a.rows_from(i);
+    int64_t j = 0;
+    for (; j + kWide <= n; j += kWide) detail::matmul_acc_block<kRows, kWide>(c_rows + j, ldc, a_rows, b + j, ldb, k);
+    for (; j + kNarrow <= n; j += kNarrow)
+      detail::matmul_acc_block<kRows, kNarrow>(c_rows + j, ldc, a_rows, b + j, ldb, k);
+    if (j < n) detail::matmul_acc_rows(c_rows + j, ldc, a_rows, b + j, ldb, kRows, n - j, k);
+  }
+  if (i < m) detail::matmul_acc_rows(c + i * ldc, ldc, a.rows_from(i), b, ldb, m - i, n, k);
+}
+
+}  // namespace flashattn::cpu

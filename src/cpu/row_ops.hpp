@@ -1,0 +1,99 @@
+// Element-wise and reduction helpers over one row of a float tile, written so that g++ -O3
+// vectorizes them without -ffast-math: an exp the vectorizer can inline (std::exp is a libm call),
+// and max / sum reductions over fixed lanes (a plain `sum += x[j]` is not vectorized, because that
+// would reassociate the sum). Lane order is fixed, so results do not depend on threads or machine.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+namespace flashattn::cpu {
+
+// exp(x) for float, within 2 ulp on [−86.5, 88.7]; exp(x < −86.5) = 0 (the true value is below
+// 3e-38, nothing next to a softmax's max term of 1), exp(x > 88.7) = +inf, exp(NaN) = NaN.
+// Cody–Waite reduction x = n·ln2 + r, |r| ≤ ln2/2, Cephes' degree-6 polynomial for exp(r), 2^n
+// built in the exponent bits. n is rounded by the 1.5·2²³ trick, never by a float→int conversion
+// (undefined for NaN).
+inline float exp_poly(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;       // ln 2 = kLn2Hi + kLn2Lo, kLn2Hi exact in 10 bits
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  constexpr float kRoundMagic = 12582912.0f;  // 1.5·2²³: adding it rounds to an integer in the low bits
+  constexpr float kMinArg = -86.5f;           // keeps 2^(n−1) a normal float
+  constexpr float kMaxArg = 88.72283f;        // log(FLT_MAX)
+  const float xc = x < kMinArg ? kMinArg : (x > kMaxArg ? kMaxArg : x);
+  const float t = xc * kLog2e + kRoundMagic;
+  const float n = t - kRoundMagic;
+  uint32_t t_bits;
+  std::memcpy(&t_bits, &t, 4);
+  const uint32_t n_bits = t_bits - 0x4b400000u;  // n as a two's-complement integer (bits of kRoundMagic)
+  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  // 2^n as 2·2^(n−1): n = 128 (x near kMaxArg) still has a finite exponent field.
+  const uint32_t half_scale_bits = (n_bits + 126u) << 23;
+  float half_scale;
+  std::memcpy(&half_scale, &half_scale_bits, 4);
+  float y = p * half_scale * 2.f;
+  y = x < kMinArg ? 0.f : y;
+  y = x > kMaxArg ? std::numeric_limits<float>::infinity() : y;
+  return y;
+}
+
+constexpr int kLanes = 16;  // one 512-bit (or two 256-bit) vectors of partial results
+
+// max_j x[j]; NaN entries are ignored here (they still propagate through exp and the row sum),
+// −inf when n = 0 or every entry is −inf.
+inline float row_max(const float* __restrict x, int64_t n) {
+  float lane[kLanes];
+  for (int l = 0; l < kLanes; ++l) lane[l] = -std::numeric_limits<float>::infinity();
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
+  for (; j < n; ++j) lane[0] = x[j] > lane[0] ? x[j] : lane[0];
+  float m = lane[0];
+  for (int l = 1; l < kLanes; ++l) m = lane[l] > m ? lane[l] : m;
+  return m;
+}
+
+// Σ_j x[j], summed in kLanes fixed partial sums (also a little more accurate than one running sum).
+inline float row_sum(const float* __restrict x, int64_t n) {
+  float lane[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] += x[j + l];
+  for (; j < n; ++j) lane[0] += x[j];
+  float s = 0.f;
+  for (int l = 0; l < kLanes; ++l) s += lane[l];
+  return s;
+}
+
+// Σ_j x[j]·y[j] in the same fixed lanes.
+inline float row_dot(const float* __restrict x, const float* __restrict y, int64_t n) {
+  float lane[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] += x[j + l] * y[j + l];
+  for (; j < n; ++j) lane[0] += x[j] * y[j];
+  float s = 0.f;
+  for (int l = 0; l < kLanes; ++l) s += lane[l];
+  return s;
+}
+
+// x[j] = exp(x[j] − shift).
+inline void exp_shifted(float* __restrict x, int64_t n, float shift) {
+  for (int64_t j = 0; j < n; ++j) x[j] = exp_poly(x[j] - shift);
+}
+
+// x[j] *= factor.
+inline void scale_row(float* __restrict x, int64_t n, float factor) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= factor;
+}
+
+}  // namespace flashattn::cpu

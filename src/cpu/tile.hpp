@@ -1,0 +1,162 @@
+// Tiles of the CPU backend: tile sizes, where one (sequence, head) lives in a strided tensor, and the
+// loaders / stores that move rows between storage (f32, f16, bf16) and contiguous float tiles.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "api/params.hpp"
+#include "cpu/convert.hpp"
+
+namespace flashattn::cpu {
+
+// Query rows and keys per tile. 64 × 64 keeps every tile of a thread (Q, Kᵀ, V, S, the output
+// accumulator; ≤ 64 KiB each at head dim 256) within L2.
+constexpr int64_t kBlockM = 64;
+constexpr int64_t kBlockN = 64;
+
+constexpr int64_t num_blocks(int64_t n, int64_t block) { return (n + block - 1) / block; }
+
+// Per-thread scratch: one allocation for all threads (made before the parallel region, so a failed
+// allocation is an exception the API turns into a Status), each thread's part 64-byte aligned and
+// zeroed; a thread carves its tiles out of its part with a Carver.
+class ThreadScratch {
+ public:
+  static constexpr int64_t kAlignFloats = 16;  // 64 bytes: one cache line, one 512-bit vector
+
+  ThreadScratch(int threads, int64_t floats_per_thread)
+      : per_thread_(round_up(floats_per_thread)), storage_(static_cast<size_t>(threads * per_thread_ + kAlignFloats)) {}
+
+  float* of_thread(int thread) {
+    float* base = storage_.data();
+    base += (kAlignFloats - reinterpret_cast<uintptr_t>(base) / sizeof(float) % kAlignFloats) % kAlignFloats;
+    return base + thread * per_thread_;
+  }
+
+  // Hands out consecutive aligned pieces of one thread's part. A Carver over nullptr hands out
+  // nothing and only counts, so one carve() function gives both the layout and its size.
+  class Carver {
+   public:
+    explicit Carver(float* base) : base_(base) {}
+    float* take(int64_t floats) {
+      float* p = base_ ? base_ + used_ : nullptr;
+      used_ += round_up(floats);
+      return p;
+    }
+    int64_t used() const { return used_; }
+
+   private:
+    float* base_;
+    int64_t used_ = 0;
+  };
+
+  static int64_t round_up(int64_t floats) { return (floats + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
+
+ private:
+  int64_t per_thread_;
+  std::vector<float> storage_;
+};
+
+// One batch entry: where its rows start in the (packed or padded) tensors and how many it has.
+// Padded batches start at row 0 of their batch slice; varlen ones at cu_seqlens[b] of the pack.
+struct Sequence {
+  int64_t row_offset_q = 0, row_offset_k = 0;
+  int64_t len_q = 0, len_k = 0;
+};
+
+inline Sequence sequence_of(const FwdParams& p, int64_t b) {
+  if (!p.is_varlen()) return {0, 0, p.seqlen_q, p.seqlen_k};
+  return {p.cu_seqlens_q[b], p.cu_seqlens_k[b], int64_t{p.cu_seqlens_q[b + 1]} - p.cu_seqlens_q[b],
+          int64_t{p.cu_seqlens_k[b + 1]} - p.cu_seqlens_k[b]};
+}
+
+// The rows of one (batch, head) of a [.., rows, heads, d] tensor: element (row, col) is at
+// data[first + row * row_stride + col] (params.hpp's formula with b, h and the row offset folded
+// into `first`, in 64 bits).
+template <class Ptr>
+struct HeadRows {
+  Ptr data;
+  DType dtype;
+  int64_t first;
+  int64_t row_stride;
+
+  int64_t at(int64_t row) const { return first + row * row_stride; }
+};
+using InRows = HeadRows<const void*>;
+using OutRows = HeadRows<void*>;
+
+template <class Ptr>
+HeadRows<Ptr> head_rows(Ptr data, DType dtype, int64_t batch_stride, int64_t row_stride, int64_t head_stride,
+                        int64_t b, int64_t row_offset, int64_t h) {
+  return {data, dtype, b * batch_stride + row_offset * row_stride + h * head_stride, row_stride};
+}
+
+// dst[c] = src[at + c] as float, c < n. The dtype switch sits outside the loop.
+inline void load_row(float* __restrict dst, const void* src, DType dtype, int64_t at, int64_t n) {
+  switch (dtype) {
+    case DType::f16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src) + at;
+      for (int64_t c = 0; c < n; ++c) dst[c] = f16_to_float(s[c]);
+      break;
+    }
+    case DType::bf16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src) + at;
+      for (int64_t c = 0; c < n; ++c) dst[c] = bf16_to_float(s[c]);
+      break;
+    }
+    default: {
+      const float* s = static_cast<const float*>(src) + at;
+      for (int64_t c = 0; c < n; ++c) dst[c] = s[c];
+      break;
+    }
+  }
+}
+
+// dst[at + c] = src[c] rounded to the storage dtype (nearest even), c < n.
+inline void store_row(void* dst, DType dtype, int64_t at, const float* __restrict src, int64_t n) {
+  switch (dtype) {
+    case DType::f16: {
+      uint16_t* d = static_cast<uint16_t*>(dst) + at;
+      for (int64_t c = 0; c < n; ++c) d[c] = float_to_f16(src[c]);
+      break;
+    }
+    case DType::bf16: {
+      uint16_t* d = static_cast<uint16_t*>(dst) + at;
+      for (int64_t c = 0; c < n; ++c) d[c] = float_to_bf16(src[c]);
+      break;
+    }
+    default: {
+      float* d = static_cast<float*>(dst) + at;
+      for (int64_t c = 0; c < n; ++c) d[c] = src[c];
+      break;
+    }
+  }
+}
+
+// Tile loader: rows [row0, row0 + rows) × columns [0, cols) into tile[r * ld + c].
+inline void load_tile(float* tile, int64_t ld, const InRows& src, int64_t row0, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) load_row(tile + r * ld, src.data, src.dtype, src.at(row0 + r), cols);
+}
+
+// Transposed tile loader: the same rows into tile[c * ld + r], so that a later product can run its
+// inner loop along r (contiguous) instead of reducing along c.
+inline void load_tile_transposed(float* __restrict tile, int64_t ld, const InRows& src, int64_t row0, int64_t rows,
+                                 int64_t cols, float* __restrict row_buf) {
+  for (int64_t r = 0; r < rows; ++r) {
+    load_row(row_buf, src.data, src.dtype, src.at(row0 + r), cols);
+    for (int64_t c = 0; c < cols; ++c) tile[c * ld + r] = row_buf[c];
+  }
+}
+
+// Tile store: tile[r * ld + c] into rows [row0, row0 + rows) × columns [0, cols) of dst.
+inline void store_tile(const OutRows& dst, int64_t row0, int64_t rows, int64_t cols, const float* tile, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) store_row(dst.data, dst.dtype, dst.at(row0 + r), tile + r * ld, cols);
+}
+
+// The fp32 lse of one (batch, head): lse[row] for the rows of that sequence (params.hpp).
+inline float* lse_rows(const FwdParams& p, int64_t b, const Sequence& seq, int64_t h) {
+  return p.lse + b * p.lse_batch_stride + h * p.lse_head_stride + seq.row_offset_q;
+}
+
+}  // namespace flashattn::cpu

@@ -1,9 +1,11 @@
 // Element-wise and reduction helpers over one row of a float tile, written so that g++ -O3
-// vectorizes them without -ffast-math: an exp the vectorizer can inline (std::exp is a libm call),
-// and max / sum reductions over fixed lanes (a plain `sum += x[j]` is not vectorized, because that
-// would reassociate the sum). Lane order is fixed, so results do not depend on threads or machine.
+// vectorizes them without -ffast-math: exp and tanh the vectorizer can inline (the std:: ones are
+// libm calls), and max / sum reductions over fixed lanes (a plain `sum += x[j]` is not vectorized,
+// because that would reassociate the sum). Lane order is fixed, so results do not depend on
+// threads or machine.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -44,6 +46,23 @@ inline float exp_poly(float x) {
   y = x < kMinArg ? 0.f : y;
   y = x > kMaxArg ? std::numeric_limits<float>::infinity() : y;
   return y;
+}
+
+// tanh(x) for float, within 3 ulp, vectorizable like exp_poly (softcap's tanh runs on every score).
+// Cephes' scheme: an odd polynomial below |x| = 0.625, where 1 − 2/(e^{2|x|} + 1) would cancel,
+// and that formula above it (→ ±1 as e^{2|x|} overflows). Both are computed and one selected.
+inline float tanh_poly(float x) {
+  constexpr float kPolyBound = 0.625f;
+  const float ax = std::fabs(x);
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float near_zero = p * z * x + x;
+  const float far = std::copysign(1.f - 2.f / (exp_poly(2.f * ax) + 1.f), x);
+  return ax < kPolyBound ? near_zero : far;
 }
 
 constexpr int kLanes = 16;  // one 512-bit (or two 256-bit) vectors of partial results

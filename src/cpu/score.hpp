@@ -2,7 +2,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 
 #include "cpu/mask.hpp"
@@ -29,7 +28,7 @@ inline void score_tile(float* s, const float* q, const float* kt, int64_t d, con
     float* s_row = s + r * kBlockN;
     if (softcap > 0.f) {
       const float pre = scale / softcap;  // softcap·tanh(x·scale / softcap) in one multiply
-      for (int64_t c = 0; c < t.cols; ++c) s_row[c] = softcap * std::tanh(s_row[c] * pre);
+      for (int64_t c = 0; c < t.cols; ++c) s_row[c] = softcap * tanh_poly(s_row[c] * pre);
     } else {
       scale_row(s_row, t.cols, scale);
     }

@@ -1,0 +1,256 @@
+#include "options.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+
+#include "config.hpp"
+
+namespace fa_cli {
+namespace {
+
+using Setter = std::function<bool(const std::string& value, RunOptions* o, std::string* why)>;
+
+struct OptionRow {
+  const char* name;     // "--batch"
+  const char* metavar;  // nullptr: a flag that takes no value
+  const char* help;
+  Setter set;
+};
+
+bool parse_int(const std::string& s, int64_t* out, std::string* why) {
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0') return *why = "not an integer", false;
+  if (errno == ERANGE) return *why = "out of range", false;
+  *out = v;
+  return true;
+}
+
+bool parse_float(const std::string& s, float* out, std::string* why) {
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0') return *why = "not a number", false;
+  if (errno == ERANGE || !std::isfinite(v) || std::fabs(v) > 3.0e38) return *why = "not a finite float", false;
+  *out = static_cast<float>(v);
+  return true;
+}
+
+// A positive size option (--batch, --seqlen, ...).
+Setter size_option(std::optional<int64_t> RunOptions::*field) {
+  return [field](const std::string& v, RunOptions* o, std::string* why) {
+    int64_t x;
+    if (!parse_int(v, &x, why)) return false;
+    if (x < 1) return *why = "must be >= 1", false;
+    o->*field = x;
+    return true;
+  };
+}
+
+Setter count_option(std::optional<int64_t> RunOptions::*field, int64_t min) {
+  return [field, min](const std::string& v, RunOptions* o, std::string* why) {
+    int64_t x;
+    if (!parse_int(v, &x, why)) return false;
+    if (x < min) return *why = "must be >= " + std::to_string(min), false;
+    o->*field = x;
+    return true;
+  };
+}
+
+Setter flag(bool RunOptions::*field, bool value) {
+  return [field, value](const std::string&, RunOptions* o, std::string*) {
+    o->*field = value;
+    return true;
+  };
+}
+
+bool set_dtype(const std::string& v, RunOptions* o, std::string* why) {
+  if (v == "f32" || v == "fp32" || v == "float32") o->dtype = flashattn::DType::f32;
+  else if (v == "f16" || v == "fp16" || v == "float16") o->dtype = flashattn::DType::f16;
+  else if (v == "bf16" || v == "bfloat16") o->dtype = flashattn::DType::bf16;
+  else return *why = "not one of f32, f16, bf16", false;
+  return true;
+}
+
+bool set_backend(const std::string& v, RunOptions* o, std::string* why) {
+  if (v == "auto") o->backend = Backend::automatic;
+  else if (v == "cpu") o->backend = Backend::cpu;
+  else if (v == "cuda") o->backend = Backend::cuda;
+  else return *why = "not one of auto, cpu, cuda", false;
+  return true;
+}
+
+bool set_window(const std::string& v, RunOptions* o, std::string* why) {
+  auto comma = v.find(',');
+  if (comma == std::string::npos) return *why = "expected L,R (two integers >= -1, -1: unbounded)", false;
+  int64_t l, r;
+  if (!parse_int(v.substr(0, comma), &l, why) || !parse_int(v.substr(comma + 1), &r, why)) {
+    return *why = "expected L,R (two integers >= -1, -1: unbounded)", false;
+  }
+  if (l < -1 || r < -1) return *why = "each side must be >= -1 (-1: unbounded)", false;
+  o->window = true;
+  o->window_left = l;
+  o->window_right = r;
+  return true;
+}
+
+bool set_softcap(const std::string& v, RunOptions* o, std::string* why) {
+  float x;
+  if (!parse_float(v, &x, why)) return false;
+  if (x < 0.f) return *why = "must be >= 0 (0: off)", false;
+  o->softcap = x;
+  return true;
+}
+
+bool set_scale(const std::string& v, RunOptions* o, std::string* why) {
+  float x;
+  if (!parse_float(v, &x, why)) return false;
+  o->scale = x;
+  return true;
+}
+
+bool set_seed(const std::string& v, RunOptions* o, std::string* why) {
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || v[0] == '-') return *why = "not a non-negative integer", false;
+  if (errno == ERANGE) return *why = "out of range", false;
+  o->seed = x;
+  return true;
+}
+
+bool set_threads(const std::string& v, RunOptions* o, std::string* why) {
+  int64_t x;
+  if (!parse_int(v, &x, why)) return false;
+  if (x < 1 || x > 4096) return *why = "must be between 1 and 4096", false;
+  o->threads = x;
+  return true;
+}
+
+const std::vector<OptionRow>& table() {
+  static const std::vector<OptionRow> rows = {
+      {"--batch", "N", "batch size (sequences)", size_option(&RunOptions::batch)},
+      {"--heads", "N", "query heads", size_option(&RunOptions::heads)},
+      {"--heads-kv", "N", "key/value heads (divides --heads; fewer = GQA/MQA; default: --heads)",
+       size_option(&RunOptions::heads_kv)},
+      {"--seqlen", "N", "query and key sequence length", size_option(&RunOptions::seqlen)},
+      {"--seqlen-q", "N", "query sequence length (overrides --seqlen)", size_option(&RunOptions::seqlen_q)},
+      {"--seqlen-k", "N", "key/value sequence length (overrides --seqlen)", size_option(&RunOptions::seqlen_k)},
+      {"--headdim", "D", "head dim of q, k (and v unless --headdim-v)", size_option(&RunOptions::headdim)},
+      {"--headdim-v", "D", "head dim of v and out (default: --headdim)", size_option(&RunOptions::headdim_v)},
+      {"--dtype", "T", "f32 | f16 | bf16 (default: f32 on cpu, bf16 on cuda)", set_dtype},
+      {"--causal", nullptr, "causal mask, aligned bottom-right when seqlen_q != seqlen_k",
+       flag(&RunOptions::causal, true)},
+      {"--window", "L,R", "local attention: keys i+diag-L .. i+diag+R (-1: unbounded side)", set_window},
+      {"--softcap", "X", "soft cap: S = X*tanh(S/X) (0: off)", set_softcap},
+      {"--scale", "X", "softmax scale (default: 1/sqrt(headdim))", set_scale},
+      {"--varlen", nullptr,
+       "variable lengths: each sequence 1..seqlen tokens (random), packed with cu_seqlens",
+       flag(&RunOptions::varlen, true)},
+      {"--backward", nullptr, "time the backward (the forward runs once, untimed, for out and lse)",
+       flag(&RunOptions::backward, true)},
+      {"--deterministic", nullptr, "deterministic backward (bitwise reproducible dq, dk, dv)",
+       flag(&RunOptions::deterministic, true)},
+      {"--backend", "B", "auto | cpu | cuda (auto: cuda when a CUDA device is available, else cpu)",
+       set_backend},
+      {"--repeats", "N", "timed calls (default: 5 on cpu, 30 on cuda)", count_option(&RunOptions::repeats, 1)},
+      {"--warmup", "N", "untimed calls before them (default: 1 on cpu, 5 on cuda)",
+       count_option(&RunOptions::warmup, 0)},
+      {"--check", nullptr, "compare with the float64 reference (default)", flag(&RunOptions::check, true)},
+      {"--no-check", nullptr, "skip the comparison", flag(&RunOptions::check, false)},
+      {"--seed", "N", "random seed of the inputs (default 0)", set_seed},
+      {"--threads", "N", "CPU threads (OpenMP) for the cpu backend and the check", set_threads},
+      {"--json", nullptr, "print one JSON object on stdout instead of text", flag(&RunOptions::json, true)},
+      {"--quiet", nullptr, "no progress lines on stderr", flag(&RunOptions::quiet, true)},
+      {"--help", nullptr, "this text", flag(&RunOptions::help, true)},
+  };
+  return rows;
+}
+
+}  // namespace
+
+bool parse_run_options(const std::vector<std::string>& args, RunOptions* options, std::string* error) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i], value;
+    bool inline_value = false;
+    if (auto eq = name.find('='); name.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    if (name == "-h") name = "--help";
+    const OptionRow* row = nullptr;
+    for (const auto& r : table()) {
+      if (name == r.name) row = &r;
+    }
+    if (row == nullptr) {
+      *error = name.rfind("-", 0) == 0 ? name + ": unknown option (see flashattn run --help)"
+                                       : name + ": unexpected argument (options start with --)";
+      return false;
+    }
+    if (row->metavar == nullptr && inline_value) {
+      *error = name + ": takes no value";
+      return false;
+    }
+    if (row->metavar != nullptr && !inline_value) {
+      if (i + 1 >= args.size()) {
+        *error = name + ": missing value " + row->metavar;
+        return false;
+      }
+      value = args[++i];
+    }
+    std::string why;
+    if (!row->set(value, options, &why)) {
+      *error = name + " " + value + ": " + why;
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string run_usage() {
+  std::ostringstream s;
+  s << "usage: flashattn run [options]\n\n"
+       "Runs one attention call (forward, or backward with --backward) on random normal inputs,\n"
+       "times it, and checks it against a float64 reference.\n\n"
+       "options:\n";
+  for (const auto& r : table()) {
+    std::string left = std::string("  ") + r.name + (r.metavar ? std::string(" ") + r.metavar : "");
+    s << left << std::string(left.size() < 22 ? 22 - left.size() : 1, ' ') << r.help << "\n";
+  }
+  const Defaults cpu = defaults_for(flashattn::Device::cpu), gpu = defaults_for(flashattn::Device::cuda);
+  auto shape = [](const Defaults& d) {
+    std::ostringstream t;
+    t << "--batch " << d.batch << " --heads " << d.heads << " --seqlen " << d.seqlen << " --headdim " << d.headdim
+      << " --dtype " << flashattn::to_string(d.dtype);
+    return t.str();
+  };
+  s << "\ndefaults: cpu  " << shape(cpu) << "\n"
+    << "          cuda " << shape(gpu) << "\n"
+    << "\n"
+       "FLOPs count exactly the (query, key) pairs the mask leaves visible (so causal with\n"
+       "seqlen_q = seqlen_k counts n(n+1)/2 pairs, a little over half): forward 2*pairs*(d_qk + d_v),\n"
+       "backward 2*pairs*(3*d_qk + 2*d_v) (= 2.5x forward when d_qk = d_v); per head, summed.\n"
+       "\n"
+       "The check compares out and lse (and dq, dk, dv with --backward) with a float64 reference.\n"
+       "Rule: max|out - ref| <= 2 * max|naive - ref| + atol, where naive is the plain algorithm in the\n"
+       "same precision as the inputs and atol = 2 * the rounding error of the dtype near 0.3.\n"
+       "Above 2^26 score entries (batch*heads*seqlen_q*seqlen_k) it checks 256 sampled query rows\n"
+       "(out, lse, dq) and 256 key rows (dk, dv), every head of each; the backward reference still\n"
+       "evaluates every query row once (for its lse), so it takes a while at long lengths.\n"
+       "\n"
+       "Memory: cpu reports peak RSS during the calls, the tensors the tool allocated, and the\n"
+       "extra the library used (peak RSS during the calls - RSS before them); cuda reports device\n"
+       "bytes allocated and the device memory in use. Both print the N x N fp32 score matrix a\n"
+       "naive implementation would need, for comparison.\n"
+       "\n"
+       "exit status: 0 ok, 1 the check failed, 2 bad option or unsupported configuration,\n"
+       "3 the call or the CUDA runtime failed.\n";
+  return s.str();
+}
+
+}  // namespace fa_cli

@@ -1,0 +1,50 @@
+// `flashattn run` options as typed on the command line, before defaults are resolved (config.hpp).
+// The parser is table-driven: one row per option gives its name, value kind, help and setter, and
+// the same table prints --help, so the two cannot drift.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flashattn/flashattn.hpp"
+
+namespace fa_cli {
+
+enum class Backend { automatic, cpu, cuda };
+
+struct RunOptions {
+  // Sizes: nullopt = not given (the backend's default applies).
+  std::optional<int64_t> batch, heads, heads_kv;
+  std::optional<int64_t> seqlen, seqlen_q, seqlen_k;
+  std::optional<int64_t> headdim, headdim_v;
+  std::optional<flashattn::DType> dtype;
+
+  bool causal = false;
+  bool window = false;  // --window given
+  int64_t window_left = -1, window_right = -1;
+  float softcap = 0.f;
+  std::optional<float> scale;
+  bool varlen = false;
+  bool backward = false;
+  bool deterministic = false;
+
+  Backend backend = Backend::automatic;
+  std::optional<int64_t> repeats, warmup;
+  bool check = true;
+  uint64_t seed = 0;
+  bool json = false;
+  int64_t threads = 0;  // 0: OpenMP's default
+  bool quiet = false;   // no progress on stderr
+  bool help = false;
+};
+
+// Parses the arguments after `run`. On failure returns false and sets *error to a message naming
+// the option and value ("--headdim abc: not an integer").
+bool parse_run_options(const std::vector<std::string>& args, RunOptions* options, std::string* error);
+
+// The text of `flashattn run --help`.
+std::string run_usage();
+
+}  // namespace fa_cli

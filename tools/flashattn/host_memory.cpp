@@ -1,0 +1,48 @@
+#include "host_memory.hpp"
+
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstring>
+
+namespace fa_cli {
+namespace {
+
+// A "Name:   1234 kB" line of /proc/self/status, in bytes.
+int64_t status_field(const char* name) {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  int64_t bytes = -1;
+  const std::size_t n = std::strlen(name);
+  while (std::fgets(line, sizeof line, f)) {
+    long long kb = 0;
+    if (std::strncmp(line, name, n) == 0 && line[n] == ':' && std::sscanf(line + n + 1, "%lld", &kb) == 1) {
+      bytes = static_cast<int64_t>(kb) * 1024;
+      break;
+    }
+  }
+  std::fclose(f);
+  return bytes;
+}
+
+}  // namespace
+
+int64_t current_rss_bytes() { return status_field("VmRSS"); }
+
+int64_t peak_rss_bytes() {
+  int64_t hwm = status_field("VmHWM");
+  if (hwm >= 0) return hwm;
+  rusage u{};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return -1;
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;  // kB on Linux
+}
+
+bool reset_peak_rss() {
+  std::FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (!f) return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
+
+}  // namespace fa_cli

@@ -1,0 +1,29 @@
+// The timed loop: warm-up calls, then timed calls, each preceded by poisoning the outputs with NaN
+// (outside the timed region) and timed alone: steady clock on the CPU, CUDA events on the stream.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "config.hpp"
+#include "flashattn/flashattn.hpp"
+#include "problem.hpp"
+
+namespace fa_cli {
+
+struct Timings {
+  std::vector<double> ms;  // one per timed call
+  double median_ms() const;
+  double min_ms() const;
+};
+
+// Poisons (0xff bytes: NaN) the outputs the call writes: out and lse, or dq, dk, dv.
+flashattn::Status poison_outputs(Tensors* t, bool backward, void* stream);
+
+// Runs `call` config.warmup + config.repeats times. A failing call stops the loop and its Status is
+// returned; a CUDA runtime error comes back as StatusCode::cuda_error.
+flashattn::Status time_calls(const RunConfig& config, Tensors* t, bool backward, void* stream,
+                             const std::function<flashattn::Status()>& call, Timings* timings);
+
+}  // namespace fa_cli

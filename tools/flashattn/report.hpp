@@ -1,0 +1,48 @@
+// What a run found, and its two renderings: text for people, one JSON object for programs.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "check.hpp"
+#include "config.hpp"
+#include "problem.hpp"
+#include "runner.hpp"
+
+namespace fa_cli {
+
+struct MemoryReport {
+  int64_t tensors_bytes = 0;    // inputs, outputs and workspace the tool allocated for the call
+  int64_t workspace_bytes = 0;  // of which the library's workspace
+  // cpu backend (resident memory of the process)
+  int64_t rss_before = -1;  // just before the calls, tensors already resident
+  int64_t peak_rss = -1;    // peak during the calls
+  int64_t extra = -1;       // peak_rss - rss_before: what the library used beyond the tensors
+  bool peak_covers_lifetime = false;  // the peak could not be reset: it is the process's
+  // cuda backend (cudaMemGetInfo: in use = total - free, the whole device)
+  int64_t device_used_before = -1, device_used_after = -1, device_total = -1;
+  double naive_scores_bytes = 0;  // batch * heads * seqlen_q * seqlen_k * 4 (fp32 S)
+};
+
+struct RunReport {
+  const RunConfig* config = nullptr;
+  const Layout* layout = nullptr;
+  std::string device;  // "cpu, 2 threads" or the GPU's name
+  std::string path;    // flashattn::forward_path / backward_path
+  float softmax_scale = 0;
+  Timings timings;
+  double flops = 0;           // of one call
+  double visible_pairs = 0;   // (query, key) pairs the mask leaves, summed over batch and heads
+  MemoryReport memory;
+  CheckResult check;
+};
+
+void print_human(const RunReport& report, std::FILE* out);
+std::string to_json(const RunReport& report);
+
+// An error before or during the call: "flashattn run: <message>" on stderr, and with --json also
+// {"ok": false, "exit_code": N, "error": "..."} on stdout.
+void print_error(bool json, int exit_code, const std::string& message);
+
+}  // namespace fa_cli

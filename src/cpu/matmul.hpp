@@ -2,9 +2,9 @@
 // stored or transposed. Q·Kᵀ, P·V, dO·Vᵀ and dS·K are A·B with the right operand stored [k][n]
 // (Kᵀ and Vᵀ are loaded transposed for that); Pᵀ·dO and dSᵀ·Q read A transposed.
 //
-// Every element of C is accumulated in order of k, one fused multiply-add at a time: no sum is
-// reassociated, so the compiler vectorizes along n without -ffast-math and the result does not
-// depend on the thread count.
+// Every element of C is accumulated in order of k, one multiply-add (fused where the target has
+// FMA) at a time: no sum is reassociated, so the compiler vectorizes along n without -ffast-math
+// and the result does not depend on the thread count.
 #pragma once
 
 #include <cstdint>

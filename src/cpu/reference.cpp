@@ -1,0 +1,496 @@
+#include "cpu/reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <type_traits>
+
+#include "cpu/convert.hpp"
+
+namespace flashattn::reference {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// A [.., rows, heads, dim] tensor as the params describe it, on the query or the key side.
+struct RowsDesc {
+  const void* data;
+  DType dtype;
+  int64_t batch_stride, row_stride, head_stride;
+  int64_t heads, dim;
+  bool q_side;
+};
+
+// Calls f(packed_row, element_offset_of_row) for every row of every sequence, where the element
+// offset is that of (b, i, head 0, 0) in the params' indexing (see params.hpp).
+template <class F>
+void for_each_row(const FwdParams& p, const Layout& L, const RowsDesc& t, F&& f) {
+  for (int64_t b = 0; b < L.batch; ++b) {
+    const Sequence& s = L.seqs[b];
+    const int64_t begin = t.q_side ? s.q_begin : s.k_begin;
+    const int64_t len = t.q_side ? s.q_len : s.k_len;
+    const int64_t row_offset = p.is_varlen() ? begin : 0;
+    for (int64_t i = 0; i < len; ++i) f(begin + i, b * t.batch_stride + (row_offset + i) * t.row_stride);
+  }
+}
+
+// Reads a tensor into packed [total rows][heads][dim] of T (exact: every dtype fits in float).
+template <class T>
+std::vector<T> gather(const FwdParams& p, const Layout& L, const RowsDesc& t) {
+  const int64_t total = t.q_side ? L.total_q : L.total_k;
+  std::vector<T> g(static_cast<size_t>(total * t.heads * t.dim), static_cast<T>(kNaN));
+  for_each_row(p, L, t, [&](int64_t row, int64_t offset) {
+    T* dst = &g[static_cast<size_t>(row * t.heads * t.dim)];
+    for (int64_t h = 0; h < t.heads; ++h) {
+      for (int64_t d = 0; d < t.dim; ++d) {
+        dst[h * t.dim + d] = load_as_float(t.data, t.dtype, offset + h * t.head_stride + d);
+      }
+    }
+  });
+  return g;
+}
+
+RowsDesc q_desc(const FwdParams& p) {
+  return {p.q, p.dtype, p.q_batch_stride, p.q_row_stride, p.q_head_stride, p.heads_q, p.hdim_qk, true};
+}
+RowsDesc k_desc(const FwdParams& p) {
+  return {p.k, p.dtype, p.k_batch_stride, p.k_row_stride, p.k_head_stride, p.heads_kv, p.hdim_qk, false};
+}
+RowsDesc v_desc(const FwdParams& p) {
+  return {p.v, p.dtype, p.v_batch_stride, p.v_row_stride, p.v_head_stride, p.heads_kv, p.hdim_v, false};
+}
+
+// The inputs, gathered into packed arrays of the compute type T: double for Precision::f64, float
+// for Precision::same (which also rounds to the dtype where an application's tensors would).
+template <class T>
+struct Problem {
+  static constexpr bool kSame = std::is_same_v<T, float>;
+  Layout L;
+  std::vector<T> q, k, v, dout;
+  T scale = 1, softcap = 0;
+  MaskParams mask;
+  DType dtype = DType::f32;
+
+  Problem(const FwdParams& p, const Layout& layout) : L(layout) {
+    q = gather<T>(p, L, q_desc(p));
+    k = gather<T>(p, L, k_desc(p));
+    v = gather<T>(p, L, v_desc(p));
+    scale = p.softmax_scale;
+    softcap = p.softcap;
+    mask = p.mask;
+    dtype = p.dtype;
+  }
+
+  // To the dtype's precision, where the same-precision computation stores a dtype tensor.
+  T rnd(T x) const {
+    if constexpr (kSame) return round_to(dtype, x);
+    return x;
+  }
+  const T* q_row(int64_t row, int64_t h) const { return &q[static_cast<size_t>((row * L.heads_q + h) * L.hdim_qk)]; }
+  const T* k_row(int64_t row, int64_t h) const { return &k[static_cast<size_t>((row * L.heads_kv + h) * L.hdim_qk)]; }
+  const T* v_row(int64_t row, int64_t h) const { return &v[static_cast<size_t>((row * L.heads_kv + h) * L.hdim_v)]; }
+  const T* do_row(int64_t row, int64_t h) const { return &dout[static_cast<size_t>((row * L.heads_q + h) * L.hdim_v)]; }
+  int64_t kv_head(int64_t h) const { return h / (L.heads_q / L.heads_kv); }
+
+  // S of (query, key) rows; *dsoftcap = dS/dS_before_softcap (1 without softcap).
+  T score(const T* qr, const T* kr, T* dsoftcap) const {
+    T acc[4] = {0, 0, 0, 0};  // four partial sums, as a blocked dot product would
+    int64_t d = 0;
+    for (; d + 4 <= L.hdim_qk; d += 4) {
+      for (int u = 0; u < 4; ++u) acc[u] += qr[d + u] * kr[d + u];
+    }
+    for (; d < L.hdim_qk; ++d) acc[0] += qr[d] * kr[d];
+    T s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) * scale;
+    *dsoftcap = 1;
+    if (softcap > 0) {
+      T t = std::tanh(s / softcap);
+      *dsoftcap = 1 - t * t;
+      s = softcap * t;
+    }
+    return s;
+  }
+};
+
+template <class T>
+T dot(const T* a, const T* b, int64_t n) {
+  T acc = 0;
+  for (int64_t d = 0; d < n; ++d) acc += a[d] * b[d];
+  return acc;
+}
+
+// One query row of one head: out (hdim_v, rounded in the same precision) and lse.
+template <class T>
+void forward_row(const Problem<T>& P, const Sequence& seq, int64_t i, int64_t h, std::vector<T>& s, T* out, T* lse) {
+  int64_t lo, hi;
+  key_range(seq, i, P.mask, &lo, &hi);
+  const int64_t dv = P.L.hdim_v;
+  if (lo > hi) {  // fully masked: out 0, lse +inf (exp(S − lse) = 0 in the backward)
+    std::fill(out, out + dv, T(0));
+    *lse = std::numeric_limits<T>::infinity();
+    return;
+  }
+  const T* qr = P.q_row(seq.q_begin + i, h);
+  const int64_t hk = P.kv_head(h);
+  s.resize(static_cast<size_t>(hi - lo + 1));
+  T row_max = -std::numeric_limits<T>::infinity(), unused;
+  for (int64_t j = lo; j <= hi; ++j) {
+    T x = P.score(qr, P.k_row(seq.k_begin + j, hk), &unused);
+    s[j - lo] = x;
+    if (x > row_max) row_max = x;  // NaN scores never win; they reach out through exp below
+  }
+  T row_sum = 0;
+  for (T& x : s) {
+    x = std::exp(x - row_max);
+    row_sum += x;
+  }
+  *lse = row_max + std::log(row_sum);
+  std::fill(out, out + dv, T(0));
+  for (int64_t j = lo; j <= hi; ++j) {
+    const T p = P.rnd(s[j - lo] / row_sum);
+    const T* vr = P.v_row(seq.k_begin + j, hk);
+    for (int64_t d = 0; d < dv; ++d) out[d] += p * vr[d];
+  }
+  for (int64_t d = 0; d < dv; ++d) out[d] = P.rnd(out[d]);
+}
+
+std::vector<int64_t> rows_to_compute(const std::vector<int64_t>* wanted, int64_t total, bool q_side, const Layout& L) {
+  std::vector<int64_t> rows;
+  auto covered = [&](int64_t r) { return r >= 0 && r < total && (q_side ? L.seq_of_q_row(r) : L.seq_of_k_row(r)) >= 0; };
+  if (wanted == nullptr) {
+    for (int64_t r = 0; r < total; ++r) {
+      if (covered(r)) rows.push_back(r);
+    }
+    return rows;
+  }
+  for (int64_t r : *wanted) {
+    if (covered(r)) rows.push_back(r);
+  }
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
+Status check_host(const FwdParams& p) {
+  if (p.device != Device::cpu) return Status::invalid("reference: tensors must be in host memory (device cpu)");
+  return Status::success();
+}
+
+template <class T>
+void forward_impl(const Problem<T>& P, const std::vector<int64_t>& rows, ForwardResult* r) {
+  const Layout& L = P.L;
+  const int64_t n = static_cast<int64_t>(rows.size()) * L.heads_q;
+#pragma omp parallel
+  {
+    std::vector<T> s, out(static_cast<size_t>(L.hdim_v));
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t w = 0; w < n; ++w) {
+      const int64_t row = rows[w / L.heads_q], h = w % L.heads_q;
+      const Sequence& seq = L.seqs[L.seq_of_q_row(row)];
+      T lse;
+      forward_row(P, seq, row - seq.q_begin, h, s, out.data(), &lse);
+      double* o = &r->out[static_cast<size_t>((row * L.heads_q + h) * L.hdim_v)];
+      for (int64_t d = 0; d < L.hdim_v; ++d) o[d] = out[d];
+      r->lse[static_cast<size_t>(row * L.heads_q + h)] = lse;
+    }
+  }
+}
+
+// The backward: pass 1 recomputes lse and D = rowsum(dO∘O) of every query row; then dq of the
+// sampled query rows (a row of S each) and dk, dv of the sampled key rows (a column of S each).
+template <class T>
+void backward_impl(const Problem<T>& P, const std::vector<int64_t>& q_rows, const std::vector<int64_t>& k_rows,
+                   BackwardResult* r) {
+  const Layout& L = P.L;
+  const int64_t Hq = L.heads_q, dqk = L.hdim_qk, dv = L.hdim_v;
+  const size_t nqh = static_cast<size_t>(L.total_q * Hq);
+  std::vector<T> lse(nqh, T(0)), D(nqh, T(0));
+  const std::vector<int64_t> all_q = rows_to_compute(nullptr, L.total_q, true, L);
+  const int64_t n1 = static_cast<int64_t>(all_q.size()) * Hq;
+#pragma omp parallel
+  {
+    std::vector<T> s, out(static_cast<size_t>(dv));
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t w = 0; w < n1; ++w) {
+      const int64_t row = all_q[w / Hq], h = w % Hq;
+      const Sequence& seq = L.seqs[L.seq_of_q_row(row)];
+      forward_row(P, seq, row - seq.q_begin, h, s, out.data(), &lse[row * Hq + h]);
+      D[row * Hq + h] = dot(P.do_row(row, h), out.data(), dv);
+    }
+  }
+
+  // dS of (query row, head h) and key column j of `seq`, and P; false where masked.
+  auto grad_entry = [&](const Sequence& seq, int64_t i, int64_t h, int64_t j, T* p, T* ds) {
+    int64_t lo, hi;
+    key_range(seq, i, P.mask, &lo, &hi);
+    if (j < lo || j > hi) return false;
+    const int64_t qrow = seq.q_begin + i, krow = seq.k_begin + j, hk = P.kv_head(h);
+    T dsoftcap;
+    const T x = P.score(P.q_row(qrow, h), P.k_row(krow, hk), &dsoftcap);
+    *p = P.rnd(std::exp(x - lse[qrow * Hq + h]));
+    const T dp = dot(P.do_row(qrow, h), P.v_row(krow, hk), dv);
+    *ds = P.rnd(*p * (dp - D[qrow * Hq + h]) * dsoftcap);
+    return true;
+  };
+
+  const int64_t n2 = static_cast<int64_t>(q_rows.size()) * Hq;
+#pragma omp parallel
+  {
+    std::vector<T> acc(static_cast<size_t>(dqk));
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t w = 0; w < n2; ++w) {
+      const int64_t row = q_rows[w / Hq], h = w % Hq;
+      const Sequence& seq = L.seqs[L.seq_of_q_row(row)];
+      std::fill(acc.begin(), acc.end(), T(0));
+      for (int64_t j = 0; j < seq.k_len; ++j) {
+        T p, ds;
+        if (!grad_entry(seq, row - seq.q_begin, h, j, &p, &ds)) continue;
+        const T* kr = P.k_row(seq.k_begin + j, P.kv_head(h));
+        for (int64_t d = 0; d < dqk; ++d) acc[d] += ds * kr[d];
+      }
+      double* o = &r->dq[static_cast<size_t>((row * Hq + h) * dqk)];
+      for (int64_t d = 0; d < dqk; ++d) o[d] = P.rnd(acc[d] * P.scale);
+    }
+  }
+
+  const int64_t Hkv = L.heads_kv, group = Hq / Hkv;
+  const int64_t n3 = static_cast<int64_t>(k_rows.size()) * Hkv;
+#pragma omp parallel
+  {
+    std::vector<T> acc_k(static_cast<size_t>(dqk)), acc_v(static_cast<size_t>(dv));
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t w = 0; w < n3; ++w) {
+      const int64_t krow = k_rows[w / Hkv], hk = w % Hkv;
+      const Sequence& seq = L.seqs[L.seq_of_k_row(krow)];
+      std::fill(acc_k.begin(), acc_k.end(), T(0));
+      std::fill(acc_v.begin(), acc_v.end(), T(0));
+      for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+        for (int64_t i = 0; i < seq.q_len; ++i) {
+          T p, ds;
+          if (!grad_entry(seq, i, h, krow - seq.k_begin, &p, &ds)) continue;
+          const T* qr = P.q_row(seq.q_begin + i, h);
+          const T* dor = P.do_row(seq.q_begin + i, h);
+          for (int64_t d = 0; d < dqk; ++d) acc_k[d] += ds * qr[d];
+          for (int64_t d = 0; d < dv; ++d) acc_v[d] += p * dor[d];
+        }
+      }
+      double* ok = &r->dk[static_cast<size_t>((krow * Hkv + hk) * dqk)];
+      double* ov = &r->dv[static_cast<size_t>((krow * Hkv + hk) * dv)];
+      for (int64_t d = 0; d < dqk; ++d) ok[d] = P.rnd(acc_k[d] * P.scale);
+      for (int64_t d = 0; d < dv; ++d) ov[d] = P.rnd(acc_v[d]);
+    }
+  }
+}
+
+std::vector<double> read_rows(const FwdParams& p, const RowsDesc& t) {
+  const Layout L = layout_of(p);
+  return gather<double>(p, L, t);
+}
+
+double unit_roundoff(DType dtype) {
+  switch (dtype) {
+    case DType::f16: return std::ldexp(1.0, -11);
+    case DType::bf16: return std::ldexp(1.0, -8);
+    default: return std::ldexp(1.0, -24);
+  }
+}
+
+}  // namespace
+
+const char* to_string(Precision precision) { return precision == Precision::f64 ? "f64" : "same"; }
+
+int64_t Layout::seq_of_q_row(int64_t row) const {
+  auto it = std::upper_bound(seqs.begin(), seqs.end(), row,
+                             [](int64_t r, const Sequence& s) { return r < s.q_begin; });
+  if (it == seqs.begin()) return -1;
+  --it;
+  return row < it->q_begin + it->q_len ? it - seqs.begin() : -1;
+}
+
+int64_t Layout::seq_of_k_row(int64_t row) const {
+  auto it = std::upper_bound(seqs.begin(), seqs.end(), row,
+                             [](int64_t r, const Sequence& s) { return r < s.k_begin; });
+  if (it == seqs.begin()) return -1;
+  --it;
+  return row < it->k_begin + it->k_len ? it - seqs.begin() : -1;
+}
+
+Layout layout_of(const FwdParams& p) {
+  Layout L;
+  L.batch = p.batch;
+  L.total_q = p.total_q;
+  L.total_k = p.total_k;
+  L.heads_q = p.heads_q;
+  L.heads_kv = p.heads_kv;
+  L.hdim_qk = p.hdim_qk;
+  L.hdim_v = p.hdim_v;
+  L.seqs.resize(static_cast<size_t>(p.batch));
+  for (int64_t b = 0; b < p.batch; ++b) {
+    Sequence& s = L.seqs[b];
+    if (p.is_varlen()) {
+      s.q_begin = p.cu_seqlens_q[b];
+      s.q_len = p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
+      s.k_begin = p.cu_seqlens_k[b];
+      s.k_len = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+    } else {
+      s.q_begin = b * p.seqlen_q;
+      s.q_len = p.seqlen_q;
+      s.k_begin = b * p.seqlen_k;
+      s.k_len = p.seqlen_k;
+    }
+  }
+  return L;
+}
+
+void key_range(const Sequence& seq, int64_t i, const MaskParams& mask, int64_t* lo, int64_t* hi) {
+  const int64_t diag = seq.k_len - seq.q_len;  // bottom-right alignment
+  *lo = mask.window_left >= 0 ? std::max<int64_t>(0, i + diag - mask.window_left) : 0;
+  *hi = mask.window_right >= 0 ? std::min<int64_t>(seq.k_len - 1, i + diag + mask.window_right) : seq.k_len - 1;
+}
+
+Status forward(const FwdParams& p, Precision precision, ForwardResult* r, const std::vector<int64_t>* q_rows) {
+  Status st = check_host(p);
+  if (!st.ok()) return st;
+  r->layout = layout_of(p);
+  const Layout& L = r->layout;
+  r->q_rows = rows_to_compute(q_rows, L.total_q, true, L);
+  r->out.assign(static_cast<size_t>(L.total_q * L.heads_q * L.hdim_v), kNaN);
+  r->lse.assign(static_cast<size_t>(L.total_q * L.heads_q), kNaN);
+  if (precision == Precision::f64) {
+    forward_impl(Problem<double>(p, L), r->q_rows, r);
+  } else {
+    forward_impl(Problem<float>(p, L), r->q_rows, r);
+  }
+  return Status::success();
+}
+
+Status backward(const BwdParams& p, Precision precision, BackwardResult* r, const std::vector<int64_t>* q_rows,
+                const std::vector<int64_t>* k_rows) {
+  Status st = check_host(p);
+  if (!st.ok()) return st;
+  r->layout = layout_of(p);
+  const Layout& L = r->layout;
+  r->q_rows = rows_to_compute(q_rows, L.total_q, true, L);
+  r->k_rows = rows_to_compute(k_rows, L.total_k, false, L);
+  r->dq.assign(static_cast<size_t>(L.total_q * L.heads_q * L.hdim_qk), kNaN);
+  r->dk.assign(static_cast<size_t>(L.total_k * L.heads_kv * L.hdim_qk), kNaN);
+  r->dv.assign(static_cast<size_t>(L.total_k * L.heads_kv * L.hdim_v), kNaN);
+  const RowsDesc dout{p.dout, p.dtype, p.do_batch_stride, p.do_row_stride, p.do_head_stride, p.heads_q, p.hdim_v, true};
+  if (precision == Precision::f64) {
+    Problem<double> P(p, L);
+    P.dout = gather<double>(p, L, dout);
+    backward_impl(P, r->q_rows, r->k_rows, r);
+  } else {
+    Problem<float> P(p, L);
+    P.dout = gather<float>(p, L, dout);
+    backward_impl(P, r->q_rows, r->k_rows, r);
+  }
+  return Status::success();
+}
+
+std::vector<double> read_out(const FwdParams& p) {
+  return read_rows(p, {p.out, p.dtype, p.o_batch_stride, p.o_row_stride, p.o_head_stride, p.heads_q, p.hdim_v, true});
+}
+
+std::vector<double> read_lse(const FwdParams& p) {
+  const Layout L = layout_of(p);
+  std::vector<double> lse(static_cast<size_t>(L.total_q * L.heads_q), kNaN);
+  for (int64_t b = 0; b < L.batch; ++b) {
+    const Sequence& s = L.seqs[b];
+    const int64_t row_offset = p.is_varlen() ? s.q_begin : 0;
+    for (int64_t i = 0; i < s.q_len; ++i) {
+      for (int64_t h = 0; h < L.heads_q; ++h) {
+        lse[static_cast<size_t>((s.q_begin + i) * L.heads_q + h)] =
+            p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + row_offset + i];
+      }
+    }
+  }
+  return lse;
+}
+
+std::vector<double> read_dq(const BwdParams& p) {
+  return read_rows(p, {p.dq, p.dtype, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, p.heads_q, p.hdim_qk, true});
+}
+std::vector<double> read_dk(const BwdParams& p) {
+  return read_rows(p, {p.dk, p.dtype, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, p.heads_kv, p.hdim_qk, false});
+}
+std::vector<double> read_dv(const BwdParams& p) {
+  return read_rows(p, {p.dv, p.dtype, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, p.heads_kv, p.hdim_v, false});
+}
+
+std::vector<int64_t> sample_rows(int64_t total, int64_t n, uint64_t seed) {
+  std::vector<int64_t> rows;
+  if (total <= 0 || n <= 0) return rows;
+  if (n >= total) {
+    for (int64_t r = 0; r < total; ++r) rows.push_back(r);
+    return rows;
+  }
+  rows.push_back(0);
+  if (n >= 2) rows.push_back(total - 1);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> pick(0, total - 1);
+  while (static_cast<int64_t>(rows.size()) < n) {
+    int64_t r = pick(rng);
+    if (std::find(rows.begin(), rows.end(), r) == rows.end()) rows.push_back(r);
+  }
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
+double default_atol(DType dtype, double max_abs_ref) { return 2 * unit_roundoff(dtype) * (max_abs_ref + 0.3); }
+
+ErrorReport check_error_rule(const std::vector<double>& got, const std::vector<double>& same,
+                             const std::vector<double>& ref, const std::vector<int64_t>& rows, int64_t width,
+                             DType dtype, double atol) {
+  ErrorReport e;
+  for (int64_t row : rows) {
+    for (int64_t c = 0; c < width; ++c) {
+      const double x = ref[static_cast<size_t>(row * width + c)];
+      if (std::isfinite(x)) e.max_ref = std::max(e.max_ref, std::abs(x));
+    }
+  }
+  e.atol = atol >= 0 ? atol : default_atol(dtype, e.max_ref);
+  bool worst_is_nan = false;
+  for (int64_t row : rows) {
+    for (int64_t c = 0; c < width; ++c) {
+      const size_t idx = static_cast<size_t>(row * width + c);
+      const double g = got[idx], s = same[idx], x = ref[idx];
+      ++e.checked;
+      if (std::isnan(x) || std::isnan(g)) {
+        if (std::isnan(x) != std::isnan(g)) {
+          if (e.nan_mismatches++ == 0) {
+            e.worst_row = row, e.worst_col = c, e.worst_got = g, e.worst_ref = x;
+            worst_is_nan = true;
+          }
+        }
+        continue;
+      }
+      const double err = g == x ? 0.0 : std::abs(g - x);  // equal infinities: no error
+      const double same_err = s == x ? 0.0 : std::abs(s - x);
+      if (std::isfinite(same_err)) e.same_error = std::max(e.same_error, same_err);
+      if (err > e.max_error || (std::isnan(err) && !std::isnan(e.max_error))) {
+        e.max_error = err;
+        if (!worst_is_nan) e.worst_row = row, e.worst_col = c, e.worst_got = g, e.worst_ref = x;
+      }
+    }
+  }
+  e.bound = 2 * e.same_error + e.atol;
+  e.ok = e.nan_mismatches == 0 && e.max_error <= e.bound;
+  return e;
+}
+
+std::string ErrorReport::describe(int64_t dim) const {
+  std::ostringstream m;
+  m.precision(4);
+  m << (ok ? "ok" : "FAILED") << ": max error " << max_error << " vs bound " << bound << " (= 2 x same-precision error "
+    << same_error << " + atol " << atol << "), max |ref| " << max_ref << ", " << checked << " elements";
+  if (worst_row >= 0) {
+    m << "; worst at packed row " << worst_row << ", head " << worst_col / dim << ", col " << worst_col % dim
+      << ": got " << worst_got << ", ref " << worst_ref;
+  }
+  if (nan_mismatches > 0) m << "; " << nan_mismatches << " NaN mismatches (first reported above)";
+  return m.str();
+}
+
+}  // namespace flashattn::reference

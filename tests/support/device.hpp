@@ -1,0 +1,54 @@
+// The backends a test case runs on. Every case is written once against host tensors; on CUDA its
+// tensors are mirrored to device memory (the whole storage: gaps, guards and NaN poison included),
+// the library runs there, and the storages are copied back for checking on the host.
+#pragma once
+
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "support/host_tensor.hpp"
+
+namespace fa_test {
+
+enum class Backend { cpu, cuda };
+const char* to_string(Backend backend);
+inline std::ostream& operator<<(std::ostream& os, Backend b) { return os << to_string(b); }
+flashattn::Device device_of(Backend backend);
+
+// Why `backend` cannot run in this process ("" when it can).
+std::string unavailable_reason(Backend backend);
+
+// Device copies of host tensors for one call. On the CPU, views are the host views themselves.
+class DeviceMirror {
+ public:
+  explicit DeviceMirror(Backend backend) : backend_(backend) {}
+  ~DeviceMirror();
+  DeviceMirror(const DeviceMirror&) = delete;
+  DeviceMirror& operator=(const DeviceMirror&) = delete;
+
+  // The view of `t` on the backend: uploads its whole storage the first time.
+  TensorView view(const HostTensor& t);
+  // Copies the device storage of `t` back into it (nothing to do on the CPU).
+  void download(HostTensor& t);
+  // Scratch memory of `bytes` on the backend (a workspace), freed with the mirror.
+  void* scratch(std::size_t bytes);
+  // Waits for the device and reports an asynchronous CUDA error ("" when none).
+  std::string synchronize();
+
+ private:
+  Backend backend_;
+  std::map<const HostTensor*, void*> device_storage_;
+  std::vector<void*> scratch_;
+  std::vector<std::vector<unsigned char>> host_scratch_;
+};
+
+}  // namespace fa_test
+
+// In a test body: skip (with the reason) when the backend cannot run here.
+#define FA_REQUIRE_BACKEND(backend)                                            \
+  do {                                                                         \
+    const std::string fa_reason_ = ::fa_test::unavailable_reason(backend);     \
+    if (!fa_reason_.empty()) GTEST_SKIP() << fa_reason_;                       \
+  } while (0)

@@ -36,6 +36,9 @@ struct RunReport {
   double visible_pairs = 0;   // (query, key) pairs the mask leaves, summed over batch and heads
   MemoryReport memory;
   CheckResult check;
+  // --deterministic --backward: were dq, dk, dv bitwise identical across all calls (-1: not tested)
+  int reproducible = -1;
+  bool ok() const { return (!check.ran || check.ok) && reproducible != 0; }
 };
 
 void print_human(const RunReport& report, std::FILE* out);

@@ -48,7 +48,7 @@ Status poison_outputs(Tensors* t, bool backward, void* stream) {
 }
 
 Status time_calls(const RunConfig& c, Tensors* t, bool backward, void* stream, const std::function<Status()>& call,
-                  Timings* timings) {
+                  Timings* timings, const std::function<Status()>& after_call) {
   const bool on_gpu = t->device == flashattn::Device::cuda;
   const int64_t calls = c.warmup + c.repeats;
   Progress progress(!c.quiet, "run");
@@ -73,9 +73,21 @@ Status time_calls(const RunConfig& c, Tensors* t, bool backward, void* stream, c
       ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
     if (n >= c.warmup) timings->ms.push_back(ms);
+    if (after_call) {
+      if (s = after_call(); !s.ok()) return s;
+    }
     progress.count(n + 1, calls);
   }
   return Status::success();
+}
+
+uint64_t hash_gradients(const Tensors& host) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (const Buffer* b : {&host.dq, &host.dk, &host.dv}) {
+    const auto* p = static_cast<const unsigned char*>(b->data());
+    for (std::size_t i = 0; i < b->bytes(); ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  }
+  return h;
 }
 
 }  // namespace fa_cli

@@ -22,8 +22,14 @@ struct Timings {
 flashattn::Status poison_outputs(Tensors* t, bool backward, void* stream);
 
 // Runs `call` config.warmup + config.repeats times. A failing call stops the loop and its Status is
-// returned; a CUDA runtime error comes back as StatusCode::cuda_error.
+// returned; a CUDA runtime error comes back as StatusCode::cuda_error. `after_call`, when set, runs
+// after each call has finished, outside the timed region.
 flashattn::Status time_calls(const RunConfig& config, Tensors* t, bool backward, void* stream,
-                             const std::function<flashattn::Status()>& call, Timings* timings);
+                             const std::function<flashattn::Status()>& call, Timings* timings,
+                             const std::function<flashattn::Status()>& after_call = nullptr);
+
+// A hash of the bytes of the backward's outputs (dq, dk, dv) of host tensors: equal hashes across
+// calls mean bitwise identical results (what --deterministic promises).
+uint64_t hash_gradients(const Tensors& host);
 
 }  // namespace fa_cli

@@ -112,8 +112,9 @@ void print_human(const RunReport& r, std::FILE* out) {
                rows.c_str(), k.sampled ? " (sampled)" : "", k.seconds);
   for (const TensorCheck& t : k.tensors) {
     const auto& e = t.error;
-    std::fprintf(out, "    %-4s max err %.3e  bound %.3e  (same-precision %.3e, atol %.1e)  %s\n", t.name.c_str(),
-                 e.max_error, e.bound, e.same_error, e.atol, e.ok ? "PASS" : "FAIL");
+    const std::string err = e.nan_mismatches > 0 ? "NaN x" + std::to_string(e.nan_mismatches) : fmt("%.3e", e.max_error);
+    std::fprintf(out, "    %-4s max err %-9s  bound %.3e  (same-precision %.3e, atol %.1e)  %s\n", t.name.c_str(),
+                 err.c_str(), e.bound, e.same_error, e.atol, e.ok ? "PASS" : "FAIL");
     if (!e.ok) std::fprintf(out, "         %s\n", e.describe(t.dim).c_str());
   }
   std::fprintf(out, "  result   %s\n", r.ok() ? "PASS" : "FAIL");

@@ -1,0 +1,76 @@
+// What happens to a score tile between QKᵀ and the mask: the softmax scale and the soft cap.
+//   plain    (scale > 0, no cap): scores stay raw dot products; the softmax folds the scale into its
+//            exp2 as exp_mult = scale·log2(e) (one FFMA per element, no extra multiply).
+//   prescale (scale ≤ 0, no cap): s ← s·scale·log2(e), exp_mult = 1. A non-positive scale would
+//            flip the order the running max relies on (and 0·(−inf) is NaN), so such scores are
+//            scaled before the mask instead.
+//   softcap  (cap > 0): s ← cap·log2(e)·tanh(s·scale / cap), exp_mult = 1 — flash-attn's
+//            cap·tanh(S/cap) on the scaled scores, before masking.
+// The mode is a run-time argument: one uniform branch per tile.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/softmax.cuh"
+#include "cuda/ptx/math.cuh"
+
+namespace flashattn::cuda {
+
+enum class ScoreMode : int { plain = 0, prescale = 1, softcap = 2 };
+
+struct ScoreTransform {
+  ScoreMode mode = ScoreMode::plain;
+  float in_mult = 1.f;   // prescale: scale·log2(e); softcap: scale / cap
+  float out_mult = 1.f;  // softcap: cap·log2(e)
+  float exp_mult = 1.f;  // for OnlineSoftmax: plain: scale·log2(e); else 1
+};
+
+// The host side: the transform for a given softmax scale and soft cap (0: off).
+inline ScoreTransform make_score_transform(float softmax_scale, float softcap) {
+  ScoreTransform t;
+  if (softcap > 0.f) {
+    t.mode = ScoreMode::softcap;
+    t.in_mult = softmax_scale / softcap;
+    t.out_mult = softcap * kLog2e;
+  } else if (softmax_scale <= 0.f) {
+    t.mode = ScoreMode::prescale;
+    t.in_mult = softmax_scale * kLog2e;
+  } else {
+    t.exp_mult = softmax_scale * kLog2e;
+  }
+  return t;
+}
+
+// Largest exponent (base 2) tanh_accurate feeds to exp2: beyond it tanh is 1 in fp32 anyway, and the
+// reciprocal below stays finite.
+inline constexpr float kTanhMaxExp2 = 64.f;
+
+// tanh(x) = 1 − 2 / (2^(2x·log2 e) + 1): one ex2 and one fast reciprocal. Absolute error ~3e-7
+// (tanh.approx.f32 has ~2^-11 relative error, which a soft cap of 30–50 would turn into 1e-2 of
+// logit error). Saturates to ±1; NaN stays NaN.
+__device__ __forceinline__ float tanh_accurate(float x) {
+  float z = 2.f * kLog2e * x;
+  z = z > kTanhMaxExp2 ? kTanhMaxExp2 : z;
+  return 1.f - __fdividef(2.f, ptx::exp2_approx(z) + 1.f);
+}
+
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void transform_scores(float (&s)[kMTiles][kNTiles][4], const ScoreTransform& t) {
+  if (t.mode == ScoreMode::softcap) {
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < kNTiles; ++ni)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) s[mi][ni][c] = t.out_mult * tanh_accurate(s[mi][ni][c] * t.in_mult);
+  } else if (t.mode == ScoreMode::prescale) {
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < kNTiles; ++ni)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) s[mi][ni][c] *= t.in_mult;
+  }
+}
+
+}  // namespace flashattn::cuda

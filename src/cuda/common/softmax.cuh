@@ -1,0 +1,114 @@
+// Online softmax over mma accumulator tiles (C layout of ptx/mma.cuh: each thread holds, for each
+// 16-row m-tile, two rows — g and g + 8 — and in each 8-column n-tile two columns of them; a row is
+// spread over the 4 threads of a quad, so row reductions are two xor-shuffles).
+//
+// Scores arrive in units where `score · exp_mult` is the logit in base 2 (exp_mult = softmax_scale·
+// log2(e) when the scores are raw dot products, 1 when the caller already scaled them). Per row the
+// state is the running max m (score units) and a running sum ℓ of exp2(score·exp_mult − m·exp_mult);
+// ℓ is kept per thread (its own columns) and summed over the quad only once, at the end.
+//
+// −inf handling (masked scores): while a row has seen only −inf, m = −inf and the exponent offset is
+// taken as 0, so p = exp2(−inf) = 0 and the rescale factor exp2(−inf − 0) = 0: never −inf − (−inf).
+// A row that stays fully masked ends with ℓ = 0: out = 0 and lse = +inf.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/ptx/math.cuh"
+
+namespace flashattn::cuda {
+
+inline constexpr float kLog2e = 1.4426950408889634f;  // log2(e)
+inline constexpr float kLn2 = 0.6931471805599453f;    // ln(2)
+inline constexpr float kInfinity = __builtin_huge_valf();
+inline constexpr unsigned kFullWarp = 0xffffffffu;
+
+// Max / sum over the 4 threads of a quad (lanes 4g .. 4g + 3), result in all four.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(kFullWarp, x, 1));
+  return fmaxf(x, __shfl_xor_sync(kFullWarp, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(kFullWarp, x, 1);
+  return x + __shfl_xor_sync(kFullWarp, x, 2);
+}
+
+template <int kMTiles>
+struct OnlineSoftmax {
+  float row_max[kMTiles][2];  // running max m per row (score units)
+  float row_sum[kMTiles][2];  // running ℓ per row, this thread's columns only
+
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        row_max[mi][half] = -kInfinity;
+        row_sum[mi][half] = 0.f;
+      }
+    }
+  }
+
+  // Takes the next score tile of these rows: updates m, rescales ℓ and the output accumulator `acc`
+  // by exp2((m_old − m_new)·exp_mult), and turns `s` into unnormalized probabilities in place.
+  template <int kNTiles, int kDTiles>
+  __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4], float (&acc)[kMTiles][kDTiles][4],
+                                         float exp_mult) {
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float m = row_max[mi][half];
+#pragma unroll
+        for (int ni = 0; ni < kNTiles; ++ni) {
+          m = fmaxf(m, fmaxf(s[mi][ni][2 * half], s[mi][ni][2 * half + 1]));
+        }
+        m = quad_max(m);
+        const float offset = m == -kInfinity ? 0.f : m * exp_mult;  // exponent offset, base 2
+        const float rescale = ptx::exp2_approx(row_max[mi][half] * exp_mult - offset);
+        row_max[mi][half] = m;
+        float sum = row_sum[mi][half] * rescale;
+#pragma unroll
+        for (int di = 0; di < kDTiles; ++di) {
+          acc[mi][di][2 * half] *= rescale;
+          acc[mi][di][2 * half + 1] *= rescale;
+        }
+#pragma unroll
+        for (int ni = 0; ni < kNTiles; ++ni) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = ptx::exp2_approx(fmaf(s[mi][ni][2 * half + e], exp_mult, -offset));
+            s[mi][ni][2 * half + e] = p;
+            sum += p;
+          }
+        }
+        row_sum[mi][half] = sum;
+      }
+    }
+  }
+
+  // End of the key loop: normalizes `acc` by ℓ and gives each row's log-sum-exp (natural log) in
+  // lse[mi][half]. Fully masked rows (ℓ = 0): acc = 0, lse = +inf. A NaN anywhere in the row stays
+  // NaN (ℓ = NaN is not 0).
+  template <int kDTiles>
+  __device__ __forceinline__ void finalize(float (&acc)[kMTiles][kDTiles][4], float exp_mult,
+                                           float (&lse)[kMTiles][2]) {
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float sum = quad_sum(row_sum[mi][half]);
+        const bool empty = sum == 0.f;
+        const float inv = empty ? 0.f : 1.f / sum;
+        lse[mi][half] = empty ? kInfinity : (row_max[mi][half] * exp_mult + log2f(sum)) * kLn2;
+#pragma unroll
+        for (int di = 0; di < kDTiles; ++di) {
+          acc[mi][di][2 * half] *= inv;
+          acc[mi][di][2 * half + 1] *= inv;
+        }
+      }
+    }
+  }
+};
+
+}  // namespace flashattn::cuda

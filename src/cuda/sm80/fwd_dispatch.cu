@@ -1,0 +1,144 @@
+// sm80_forward_check / sm80_forward: which compiled instance runs a call, or why none can. Both go
+// through fwd_plan(), so what the check accepts is exactly what runs.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "cuda/common/mask.cuh"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/ptx/mma.cuh"
+#include "cuda/sm80/fwd_launch.hpp"
+#include "cuda/sm80/fwd_traits.cuh"
+#include "sm80_fwd/fwd_instances.h"
+
+namespace flashattn::cuda {
+namespace {
+
+using FwdFn = Status (*)(const FwdParams&);
+
+struct FwdInstance {
+  int head_dim;
+  FwdFn run_f16, run_bf16;
+  FwdFn device_check_f16, device_check_bf16;
+};
+
+#define FLASHATTN_SM80_FWD_ENTRY(D)                                                                   \
+  FwdInstance{D, &sm80::fwd_run<ptx::F16, D>, &sm80::fwd_run<ptx::BF16, D>, &sm80::fwd_device_check<ptx::F16, D>, \
+              &sm80::fwd_device_check<ptx::BF16, D>},
+const FwdInstance kFwdInstances[] = {FLASHATTN_SM80_FWD_HEADDIMS(FLASHATTN_SM80_FWD_ENTRY)};
+#undef FLASHATTN_SM80_FWD_ENTRY
+
+constexpr int64_t kVectorElems = 8;  // 16 bytes of f16/bf16: the cp.async and vector-store unit
+constexpr uintptr_t kVectorBytes = 16;
+
+// The smallest compiled instance whose head dim covers `need`, or null.
+const FwdInstance* find_instance(int64_t need) {
+  const FwdInstance* best = nullptr;
+  for (const FwdInstance& inst : kFwdInstances) {
+    if (inst.head_dim >= need && (best == nullptr || inst.head_dim < best->head_dim)) best = &inst;
+  }
+  return best;
+}
+
+Status check_pointer(const char* name, const void* ptr) {
+  if (reinterpret_cast<uintptr_t>(ptr) % kVectorBytes != 0) {
+    return Status::unsupported(std::string("cuda sm80 forward: ") + name +
+                               ": data pointer is not 16-byte aligned (the kernel moves 16-byte vectors)");
+  }
+  return Status::success();
+}
+
+// A stride matters only when its dimension has more than one index.
+Status check_stride(const char* name, const char* dim, int64_t stride, int64_t extent) {
+  if (extent > 1 && stride % kVectorElems != 0) {
+    return Status::unsupported(std::string("cuda sm80 forward: ") + name + ": " + dim + " stride " +
+                               std::to_string(stride) + " is not a multiple of 8 elements (16 bytes)");
+  }
+  return Status::success();
+}
+
+#define FA_TRY(expr)         \
+  do {                       \
+    Status s_ = (expr);      \
+    if (!s_.ok()) return s_; \
+  } while (0)
+
+Status check_layout(const FwdParams& p) {
+  const int64_t rows_q = p.is_varlen() ? p.total_q : p.seqlen_q;
+  const int64_t rows_k = p.is_varlen() ? p.total_k : p.seqlen_k;
+  const int64_t batch = p.is_varlen() ? 1 : p.batch;  // varlen has no batch dimension
+  FA_TRY(check_pointer("q", p.q));
+  FA_TRY(check_pointer("k", p.k));
+  FA_TRY(check_pointer("v", p.v));
+  FA_TRY(check_pointer("out", p.out));
+  FA_TRY(check_stride("q", "batch", p.q_batch_stride, batch));
+  FA_TRY(check_stride("q", "row", p.q_row_stride, rows_q));
+  FA_TRY(check_stride("q", "head", p.q_head_stride, p.heads_q));
+  FA_TRY(check_stride("k", "batch", p.k_batch_stride, batch));
+  FA_TRY(check_stride("k", "row", p.k_row_stride, rows_k));
+  FA_TRY(check_stride("k", "head", p.k_head_stride, p.heads_kv));
+  FA_TRY(check_stride("v", "batch", p.v_batch_stride, batch));
+  FA_TRY(check_stride("v", "row", p.v_row_stride, rows_k));
+  FA_TRY(check_stride("v", "head", p.v_head_stride, p.heads_kv));
+  FA_TRY(check_stride("out", "batch", p.o_batch_stride, batch));
+  FA_TRY(check_stride("out", "row", p.o_row_stride, rows_q));
+  FA_TRY(check_stride("out", "head", p.o_head_stride, p.heads_q));
+  return Status::success();
+}
+
+Status check_sizes(const FwdParams& p, int head_dim) {
+  if (p.seqlen_q > kMaxSeqlen || p.seqlen_k > kMaxSeqlen) {
+    return Status::unsupported("cuda sm80 forward: seqlen_q = " + std::to_string(p.seqlen_q) + ", seqlen_k = " +
+                               std::to_string(p.seqlen_k) + ": sequences longer than " + std::to_string(kMaxSeqlen) +
+                               " are not supported");
+  }
+  const sm80::FwdTileShape shape = sm80::fwd_tile_shape(head_dim, p.dtype, p.mask.has_mask());
+  const int64_t blocks = (p.seqlen_q + shape.block_m - 1) / shape.block_m * p.heads_q * p.batch;
+  if (p.heads_q > INT_MAX || p.batch > INT_MAX || blocks > INT_MAX) {
+    return Status::unsupported("cuda sm80 forward: batch = " + std::to_string(p.batch) + ", heads_q = " +
+                               std::to_string(p.heads_q) + ", seqlen_q = " + std::to_string(p.seqlen_q) +
+                               " need more than 2^31 - 1 thread blocks");
+  }
+  return Status::success();
+}
+
+// Everything sm80_forward needs to know before launching; `run` is the instance to launch.
+Status fwd_plan(const FwdParams& p, FwdFn* run) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
+    return Status::unsupported(std::string("cuda sm80 forward: dtype ") + to_string(p.dtype) +
+                               " is not supported: the tensor-core kernels take f16 or bf16 (f32 runs on the CPU "
+                               "backend)");
+  }
+  const int64_t need = p.hdim_qk > p.hdim_v ? p.hdim_qk : p.hdim_v;
+  const FwdInstance* inst = find_instance(need);
+  if (inst == nullptr) {
+    return Status::unsupported("cuda sm80 forward: head dim " + std::to_string(need) +
+                               " (max of hdim_qk, hdim_v) has no compiled instance: this build has "
+                               "FLASHATTN_HEADDIMS = \"" FLASHATTN_SM80_FWD_HEADDIMS_STRING
+                               "\"; reconfigure with -DFLASHATTN_HEADDIMS including a head dim >= " +
+                               std::to_string(need));
+  }
+  FA_TRY(check_sizes(p, inst->head_dim));
+  FA_TRY(check_layout(p));
+  const bool bf16 = p.dtype == DType::bf16;
+  FA_TRY((bf16 ? inst->device_check_bf16 : inst->device_check_f16)(p));
+  *run = bf16 ? inst->run_bf16 : inst->run_f16;
+  return Status::success();
+}
+
+}  // namespace
+
+Status sm80_forward_check(const FwdParams& params) {
+  FwdFn run = nullptr;
+  return fwd_plan(params, &run);
+}
+
+Status sm80_forward(const FwdParams& params) {
+  FwdFn run = nullptr;
+  FA_TRY(fwd_plan(params, &run));
+  return run(params);
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,123 @@
+// Launch code of the sm80 forward kernel: FwdParams → FwdKernelParams, grid and shared memory from
+// the kernel's traits, launch on the caller's stream, error check. Included only by the per-instance
+// translation units.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cuda/common/mask.cuh"
+#include "cuda/sm80/fwd_kernel.cuh"
+#include "cuda/sm80/fwd_launch.hpp"
+#include "cuda/sm80/fwd_traits.cuh"
+
+namespace flashattn::cuda::sm80 {
+
+// Dynamic shared memory a kernel may use without opting in.
+inline constexpr std::size_t kDefaultDynamicSmemBytes = 48 * 1024;
+
+inline Status cuda_status(cudaError_t e, const char* what) {
+  return {StatusCode::cuda_error, std::string("cuda sm80 forward: ") + what + ": " + cudaGetErrorName(e) + " (" +
+                                      cudaGetErrorString(e) + ")"};
+}
+
+template <class Traits>
+FwdKernelParams fwd_kernel_params(const FwdParams& p) {
+  FwdKernelParams k{};
+  k.q = p.q;
+  k.k = p.k;
+  k.v = p.v;
+  k.out = p.out;
+  k.lse = p.lse;
+  k.q_batch_stride = p.q_batch_stride;
+  k.q_row_stride = p.q_row_stride;
+  k.q_head_stride = p.q_head_stride;
+  k.k_batch_stride = p.k_batch_stride;
+  k.k_row_stride = p.k_row_stride;
+  k.k_head_stride = p.k_head_stride;
+  k.v_batch_stride = p.v_batch_stride;
+  k.v_row_stride = p.v_row_stride;
+  k.v_head_stride = p.v_head_stride;
+  k.o_batch_stride = p.o_batch_stride;
+  k.o_row_stride = p.o_row_stride;
+  k.o_head_stride = p.o_head_stride;
+  k.lse_batch_stride = p.lse_batch_stride;
+  k.lse_head_stride = p.lse_head_stride;
+  k.cu_seqlens_q = p.cu_seqlens_q;
+  k.cu_seqlens_k = p.cu_seqlens_k;
+  k.batch = static_cast<int>(p.batch);
+  k.heads_q = static_cast<int>(p.heads_q);
+  k.group_size = static_cast<int>(p.group_size());
+  k.seqlen_q = static_cast<int>(p.seqlen_q);
+  k.seqlen_k = static_cast<int>(p.seqlen_k);
+  k.hdim_qk = static_cast<int>(p.hdim_qk);
+  k.hdim_v = static_cast<int>(p.hdim_v);
+  k.num_m_blocks = ceil_div(k.seqlen_q, Traits::kBlockM);
+  k.window_left = clamp_window(p.mask.window_left);
+  k.window_right = clamp_window(p.mask.window_right);
+  k.scores = make_score_transform(p.softmax_scale, p.softcap);
+  return k;
+}
+
+template <class Traits>
+Status fwd_launch(const FwdParams& p) {
+  const FwdKernelParams kp = fwd_kernel_params<Traits>(p);
+  const int64_t blocks = int64_t{kp.num_m_blocks} * kp.heads_q * kp.batch;
+  if (blocks == 0) return Status::success();  // no query rows: nothing to write
+  auto* kernel = &fwd_kernel<Traits>;
+  constexpr std::size_t smem = Traits::kSmemBytes;
+  if constexpr (smem > kDefaultDynamicSmemBytes) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return cuda_status(e, "cudaFuncSetAttribute(max dynamic shared memory)");
+  }
+  kernel<<<dim3(static_cast<unsigned>(blocks)), dim3(Traits::kThreads), smem, static_cast<cudaStream_t>(p.stream)>>>(kp);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return cuda_status(e, "kernel launch");
+  return Status::success();
+}
+
+template <class Traits>
+Status fwd_device_check_traits() {
+  cudaFuncAttributes attr{};
+  cudaError_t e = cudaFuncGetAttributes(&attr, &fwd_kernel<Traits>);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear it: this is an answer, not a failure of the caller's stream
+    int dev = 0, major = 0, minor = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    return Status::unsupported("cuda sm80 forward: no kernel image for this GPU (compute capability " +
+                               std::to_string(major) + "." + std::to_string(minor) + ", " + cudaGetErrorName(e) +
+                               "); add its architecture to FLASHATTN_CUDA_ARCHS");
+  }
+  int dev = 0, optin = 0;
+  cudaGetDevice(&dev);
+  e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (e != cudaSuccess) return cuda_status(e, "cudaDeviceGetAttribute(max shared memory per block)");
+  if (Traits::kSmemBytes + attr.sharedSizeBytes > static_cast<std::size_t>(optin)) {
+    return Status::unsupported("cuda sm80 forward: head dim instance " + std::to_string(Traits::kHeadDim) + " needs " +
+                               std::to_string(Traits::kSmemBytes) + " bytes of shared memory per block; this GPU allows " +
+                               std::to_string(optin));
+  }
+  return Status::success();
+}
+
+template <class Tag, int kHeadDim>
+Status fwd_run(const FwdParams& p) {
+  if (p.mask.has_mask()) return fwd_launch<FwdTraits<Tag, kHeadDim, true>>(p);
+  return fwd_launch<FwdTraits<Tag, kHeadDim, false>>(p);
+}
+
+template <class Tag, int kHeadDim>
+Status fwd_device_check(const FwdParams& p) {
+  if (p.mask.has_mask()) return fwd_device_check_traits<FwdTraits<Tag, kHeadDim, true>>();
+  return fwd_device_check_traits<FwdTraits<Tag, kHeadDim, false>>();
+}
+
+}  // namespace flashattn::cuda::sm80
+
+// One instance: fwd_run and fwd_device_check of (Tag, D). Used by the generated fwd_*_hdim*.cu.
+#define FLASHATTN_SM80_FWD_INSTANCE(Tag, D)                                                           \
+  template flashattn::Status flashattn::cuda::sm80::fwd_run<Tag, D>(const flashattn::FwdParams&); \
+  template flashattn::Status flashattn::cuda::sm80::fwd_device_check<Tag, D>(const flashattn::FwdParams&);

@@ -1,0 +1,36 @@
+// Device-side arguments of the sm80 forward kernel: FwdParams (src/api/params.hpp) reduced to what
+// the kernel reads, sizes narrowed to int where the host has checked they fit (kMaxSeqlen, grid).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/scores.cuh"
+
+namespace flashattn::cuda::sm80 {
+
+struct FwdKernelParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;
+  float* lse;  // null: not requested
+
+  int64_t q_batch_stride, q_row_stride, q_head_stride;  // elements
+  int64_t k_batch_stride, k_row_stride, k_head_stride;
+  int64_t v_batch_stride, v_row_stride, v_head_stride;
+  int64_t o_batch_stride, o_row_stride, o_head_stride;
+  int64_t lse_batch_stride, lse_head_stride;
+
+  const int32_t* cu_seqlens_q;  // varlen (device arrays), else null
+  const int32_t* cu_seqlens_k;
+
+  int batch, heads_q, group_size;  // group_size = heads_q / heads_kv (GQA / MQA)
+  int seqlen_q, seqlen_k;          // padded: the lengths; varlen: the maxima
+  int hdim_qk, hdim_v;             // actual head dims (≤ the instance's D; multiples of 8)
+  int num_m_blocks;                // ceil(seqlen_q / block_m): the grid is num_m_blocks·heads_q·batch
+
+  int window_left, window_right;  // clamped (mask.cuh); < 0 unbounded; used by masked instances only
+  ScoreTransform scores;
+};
+
+}  // namespace flashattn::cuda::sm80

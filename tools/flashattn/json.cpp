@@ -70,6 +70,10 @@ Json& Json::field(const char* key, double v) {
   start(key);
   if (!std::isfinite(v)) {
     out_ += "null";
+  } else if (v == std::floor(v) && std::fabs(v) < 0x1p53) {
+    char buf[32];  // integral values (counts of FLOPs, pairs) exactly
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+    out_ += buf;
   } else {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.9g", v);

@@ -1,0 +1,34 @@
+"""flashattn: exact attention computed the IO-aware way (FlashAttention), for PyTorch.
+
+Drop-in for flash-attn's functions (same names, arguments, defaults and return values):
+
+    from flashattn import flash_attn_func
+    out = flash_attn_func(q, k, v, causal=True)   # q, k, v: (batch, seqlen, heads, headdim)
+
+The functions are differentiable, and call two PyTorch custom operators (torch.ops.flashattn.fwd and
+torch.ops.flashattn.bwd) that torch.compile traces without graph breaks.
+"""
+from . import _C
+from ._ops import CudaError, FlashAttnError, InvalidArgumentError, NotSupportedError, forward_path
+from .interface import (
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+)
+
+__version__ = "0.1.0"
+
+
+def cuda_available() -> bool:
+    """True when this build has the CUDA backend and a CUDA device is visible."""
+    return bool(_C.cuda_available())
+
+
+__all__ = [
+    "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "FlashAttnError",
+    "InvalidArgumentError", "NotSupportedError", "CudaError", "cuda_available", "forward_path", "__version__",
+]

@@ -101,3 +101,21 @@ def test_sliced_heads_of_a_fused_projection(device):
     assert q.stride(1) == 3 * h * d
     torch.testing.assert_close(flash_attn_func(q, k, v), flash_attn_func(q.contiguous(), k.contiguous(),
                                                                           v.contiguous()), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_unaligned_views(device):
+    """Views starting 1 element into a buffer (a pointer the CUDA kernels cannot take as is, which
+    the package then copies) give the contiguous result, forward and backward."""
+    dtype = DEFAULT_DTYPE[device]
+    b, s, h, d = 2, 19, 2, 64
+    bufs = [torch.randn(b, s, h, d + 8, device=device, dtype=dtype, requires_grad=True) for _ in range(3)]
+    q, k, v = (buf[..., 1:d + 1] for buf in bufs)
+    assert q.data_ptr() % 16 != 0
+    out = flash_attn_func(q, k, v, causal=True)
+    qc, kc, vc = (t.detach().contiguous().requires_grad_() for t in (q, k, v))
+    out_c = flash_attn_func(qc, kc, vc, causal=True)
+    assert_same(out, out_c, "out")
+    dout = torch.randn_like(out)
+    for g, gc, name in zip(grads(out, (q, k, v), dout), grads(out_c, (qc, kc, vc), dout), ("dq", "dk", "dv")):
+        assert_same(g, gc, name)

@@ -67,10 +67,23 @@ def _empty(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> Te
     return t
 
 
+# The CUDA tensor-core kernels move 16-byte vectors: they take a view only when its data pointer is
+# 16-byte aligned and its strides are multiples of 8 elements (the C++ API reports others as
+# not_supported). Such views are copied here instead, as are views whose last dimension is strided.
+_CUDA_ALIGN_BYTES = 16
+_CUDA_STRIDE_MULTIPLE = 8
+
+
 def _usable(t: Optional[Tensor]) -> Optional[Tensor]:
-    """The C++ API takes any non-negative strides with a contiguous last dimension; others are copied."""
-    if t is not None and t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1:
+    """`t` itself when the library takes its layout (any non-negative strides, last dimension
+    contiguous; on CUDA also aligned as above), else a contiguous copy."""
+    if t is None or t.dim() == 0:
+        return t
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
         return t.contiguous()
+    if t.device.type == "cuda" and t.numel() > 0 and (
+            t.data_ptr() % _CUDA_ALIGN_BYTES != 0 or any(st % _CUDA_STRIDE_MULTIPLE for st in t.stride()[:-1])):
+        return torch.empty_like(t, memory_format=torch.contiguous_format).copy_(t)
     return t
 
 

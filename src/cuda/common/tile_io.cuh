@@ -59,6 +59,56 @@ struct TileIO {
     }
   }
 
+  // The same without a fallback address: a chunk outside the valid rows/columns issues no copy at
+  // all and is zeroed by an ordinary 16-byte shared store instead (no out-of-tensor address is ever
+  // formed, and no per-chunk pointer select, which would cost a register pair per chunk).
+  // The zero stores are ordered with the copies by the same wait + __syncthreads().
+  __device__ __forceinline__ static void load_async_or_zero(uint32_t smem, const void* gmem, int64_t row_stride,
+                                                            int rows_valid, int cols_valid, int tid) {
+    const char* base = static_cast<const char*>(gmem);
+    if constexpr (kFixedColumn) {
+      // One per-thread pointer plus a warp-uniform step: the compiler keeps i·step in uniform
+      // registers instead of a 64-bit register pair per chunk.
+      const int row0 = tid / Tile::kChunksPerRow, col_chunk = tid % Tile::kChunksPerRow;
+      const bool col_valid = col_chunk * kChunkElems < cols_valid;
+      const char* src = base + (static_cast<int64_t>(row0) * row_stride + col_chunk * kChunkElems) * 2;
+      const int64_t step = static_cast<int64_t>(kRowStep) * row_stride * 2;
+      const uint32_t dst = smem + Tile::chunk_offset(row0, col_chunk);
+      if (rows_valid >= Tile::kRows && cols_valid >= Tile::kCols) {  // a full tile: no predicates
+#pragma unroll
+        for (int i = 0; i < kChunksPerThread; ++i) {
+          ptx::cp_async_16(dst + i * kRowStep * Tile::kChunksPerRow * kChunkBytes, src + i * step);
+        }
+        return;
+      }
+#pragma unroll
+      for (int i = 0; i < kChunksPerThread; ++i) {
+        const uint32_t d = dst + i * kRowStep * Tile::kChunksPerRow * kChunkBytes;
+        if (col_valid && row0 + i * kRowStep < rows_valid) {
+          ptx::cp_async_16(d, src + i * step);
+        } else {
+          store_zero_16(d);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kChunksPerThread; ++i) {
+        const int row = (tid + i * kThreads) / Tile::kChunksPerRow;
+        const int col_chunk = (tid + i * kThreads) % Tile::kChunksPerRow;
+        const uint32_t d = smem + Tile::chunk_offset(row, col_chunk);
+        if (row < rows_valid && col_chunk * kChunkElems < cols_valid) {
+          ptx::cp_async_16(d, base + (static_cast<int64_t>(row) * row_stride + col_chunk * kChunkElems) * 2);
+        } else {
+          store_zero_16(d);
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ static void store_zero_16(uint32_t smem) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(smem), "r"(0));
+  }
+
   __device__ __forceinline__ static void store(void* gmem, int64_t row_stride, int rows_valid, int cols_valid,
                                                const unsigned char* smem, int tid) {
     char* base = static_cast<char*>(gmem);

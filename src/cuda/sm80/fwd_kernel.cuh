@@ -102,12 +102,12 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const __grid_cons
 
   // Issues the cp.async copies of key block n (K or V) into a stage buffer.
   auto load_k = [&](int n, int stage) {
-    IOKV::load_async(s_k + stage * KVTile::kBytes, k_head + static_cast<int64_t>(n) * kBlockN * p.k_row_stride * kElemBytes,
-                     p.k_row_stride, seq.seqlen_k - n * kBlockN, p.hdim_qk, k_head, tid);
+    IOKV::load_async_or_zero(s_k + stage * KVTile::kBytes, k_head + static_cast<int64_t>(n) * kBlockN * p.k_row_stride * kElemBytes,
+                     p.k_row_stride, seq.seqlen_k - n * kBlockN, p.hdim_qk, tid);
   };
   auto load_v = [&](int n, int stage) {
-    IOKV::load_async(s_v + stage * KVTile::kBytes, v_head + static_cast<int64_t>(n) * kBlockN * p.v_row_stride * kElemBytes,
-                     p.v_row_stride, seq.seqlen_k - n * kBlockN, p.hdim_v, v_head, tid);
+    IOKV::load_async_or_zero(s_v + stage * KVTile::kBytes, v_head + static_cast<int64_t>(n) * kBlockN * p.v_row_stride * kElemBytes,
+                     p.v_row_stride, seq.seqlen_k - n * kBlockN, p.hdim_v, tid);
   };
 
   float acc[kMTiles][kDTiles][4];
@@ -123,8 +123,8 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const __grid_cons
 
   // ---- main loop over key blocks, last to first ---------------------------------------------------
   if (n_begin < n_end) {
-    IOQ::load_async(s_q, q_head + static_cast<int64_t>(m0) * p.q_row_stride * kElemBytes, p.q_row_stride,
-                    seq.seqlen_q - m0, p.hdim_qk, q_head, tid);
+    IOQ::load_async_or_zero(s_q, q_head + static_cast<int64_t>(m0) * p.q_row_stride * kElemBytes, p.q_row_stride,
+                    seq.seqlen_q - m0, p.hdim_qk, tid);
     load_k(n_end - 1, 0);
     ptx::cp_async_commit();
     if constexpr (kStages == 2) {

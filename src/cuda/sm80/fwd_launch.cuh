@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <string>
 
 #include "cuda/common/mask.cuh"
@@ -16,6 +17,22 @@ namespace flashattn::cuda::sm80 {
 
 // Dynamic shared memory a kernel may use without opting in.
 inline constexpr std::size_t kDefaultDynamicSmemBytes = 48 * 1024;
+
+// Per-device "already done" flags of one-time host work (an instance's device check, its shared
+// memory opt-in), so that a call costs one cudaGetDevice, not a handful of driver queries.
+inline constexpr int kMaxCachedDevices = 64;
+struct DeviceFlags {
+  std::atomic<bool> done[kMaxCachedDevices] = {};
+  bool test(int dev) const { return dev >= 0 && dev < kMaxCachedDevices && done[dev].load(std::memory_order_acquire); }
+  void set(int dev) {
+    if (dev >= 0 && dev < kMaxCachedDevices) done[dev].store(true, std::memory_order_release);
+  }
+};
+
+inline int current_device() {
+  int dev = -1;
+  return cudaGetDevice(&dev) == cudaSuccess ? dev : -1;
+}
 
 inline Status cuda_status(cudaError_t e, const char* what) {
   return {StatusCode::cuda_error, std::string("cuda sm80 forward: ") + what + ": " + cudaGetErrorName(e) + " (" +
@@ -68,8 +85,14 @@ Status fwd_launch(const FwdParams& p) {
   auto* kernel = &fwd_kernel<Traits>;
   constexpr std::size_t smem = Traits::kSmemBytes;
   if constexpr (smem > kDefaultDynamicSmemBytes) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (e != cudaSuccess) return cuda_status(e, "cudaFuncSetAttribute(max dynamic shared memory)");
+    static DeviceFlags opted_in;
+    const int dev = current_device();
+    if (!opted_in.test(dev)) {
+      const cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      if (e != cudaSuccess) return cuda_status(e, "cudaFuncSetAttribute(max dynamic shared memory)");
+      opted_in.set(dev);
+    }
   }
   kernel<<<dim3(static_cast<unsigned>(blocks)), dim3(Traits::kThreads), smem, static_cast<cudaStream_t>(p.stream)>>>(kp);
   const cudaError_t e = cudaGetLastError();
@@ -79,6 +102,9 @@ Status fwd_launch(const FwdParams& p) {
 
 template <class Traits>
 Status fwd_device_check_traits() {
+  static DeviceFlags checked;
+  const int current = current_device();
+  if (checked.test(current)) return Status::success();
   cudaFuncAttributes attr{};
   cudaError_t e = cudaFuncGetAttributes(&attr, &fwd_kernel<Traits>);
   if (e != cudaSuccess) {
@@ -100,6 +126,7 @@ Status fwd_device_check_traits() {
                                std::to_string(Traits::kSmemBytes) + " bytes of shared memory per block; this GPU allows " +
                                std::to_string(optin));
   }
+  checked.set(current);
   return Status::success();
 }
 

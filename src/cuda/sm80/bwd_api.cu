@@ -1,0 +1,287 @@
+// The sm80 backward as select() sees it: what it supports (sm80_backward_check), the workspace it
+// needs (sm80_backward_workspace), and the run (sm80_backward: preprocess → main → postprocess,
+// all on params.stream, no synchronization).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <string>
+
+#include "cuda/common/mask.cuh"
+#include "cuda/common/softmax.cuh"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/ptx/mma.cuh"
+#include "cuda/sm80/bwd_launch.hpp"
+#include "cuda/sm80/bwd_tile.cuh"
+
+namespace flashattn::cuda {
+namespace {
+
+using sm80::BwdKernelParams;
+using sm80::bwd_tile;
+
+// The head-dim instances this build compiled (backward.cmake writes the list), then a 0.
+constexpr int kCompiledHeadDims[] = {
+#define FLASHATTN_SM80_BWD_HEADDIM(d) d,
+#include "sm80_bwd/bwd_headdims.inc"
+#undef FLASHATTN_SM80_BWD_HEADDIM
+    0};
+
+constexpr bool compiled(int head_dim) {
+  for (int d : kCompiledHeadDims) {
+    if (d == head_dim && d != 0) return true;
+  }
+  return false;
+}
+
+// The smallest compiled instance that holds both head dims, or 0.
+int instance_for(const BwdParams& p) {
+  const int64_t need = std::max(p.hdim_qk, p.hdim_v);
+  int best = 0;
+  for (int d : kCompiledHeadDims) {
+    if (d != 0 && d >= need && (best == 0 || d < best)) best = d;
+  }
+  return best;
+}
+
+std::string compiled_list() {
+  std::string s;
+  for (int d : kCompiledHeadDims) {
+    if (d != 0) s += (s.empty() ? "" : ", ") + std::to_string(d);
+  }
+  return s.empty() ? "none" : s;
+}
+
+struct DeviceLimits {
+  Status status;
+  int smem_optin = 0;  // bytes of shared memory a block may opt in to
+};
+
+DeviceLimits device_limits() {
+  DeviceLimits d;
+  int dev = 0, major = 0, minor = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (err != cudaSuccess) {
+    d.status = sm80::cuda_status(err, "querying the current device");
+    return d;
+  }
+  if (major < 8) {
+    d.status = Status::unsupported("cuda sm80 backward: needs compute capability >= 8.0, the current device has " +
+                                   std::to_string(major) + "." + std::to_string(minor));
+  }
+  return d;
+}
+
+// 16-byte alignment of a tensor's pointer and of the strides of its dimensions longer than 1
+// (the kernels move 16-byte chunks of 8 elements).
+Status check_aligned(const char* name, const void* ptr, std::initializer_list<std::pair<int64_t, int64_t>> dims) {
+  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) {
+    return Status::unsupported(std::string("cuda sm80 backward: ") + name +
+                               ": data pointer is not 16-byte aligned (the kernels load 16-byte chunks)");
+  }
+  for (const auto& [size, stride] : dims) {
+    if (size > 1 && stride % 8 != 0) {
+      return Status::unsupported(std::string("cuda sm80 backward: ") + name + ": stride " + std::to_string(stride) +
+                                 " is not a multiple of 8 elements (16 bytes)");
+    }
+  }
+  return Status::success();
+}
+
+Status check_all_aligned(const BwdParams& p) {
+  const bool vl = p.is_varlen();
+  const int64_t nb = vl ? 1 : p.batch;
+  struct View {
+    const char* name;
+    const void* ptr;
+    int64_t bs, rs, hs, rows, heads;
+  };
+  const View views[] = {
+      {"q", p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride, p.seqlen_q, p.heads_q},
+      {"k", p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, p.seqlen_k, p.heads_kv},
+      {"v", p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, p.seqlen_k, p.heads_kv},
+      {"out", p.out, p.o_batch_stride, p.o_row_stride, p.o_head_stride, p.seqlen_q, p.heads_q},
+      {"dout", p.dout, p.do_batch_stride, p.do_row_stride, p.do_head_stride, p.seqlen_q, p.heads_q},
+      {"dq", p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, p.seqlen_q, p.heads_q},
+      {"dk", p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, p.seqlen_k, p.heads_kv},
+      {"dv", p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, p.seqlen_k, p.heads_kv},
+  };
+  for (const View& v : views) {
+    // varlen: the rows dimension is the packed one (always > 1 unless tiny); check it regardless.
+    Status s = check_aligned(v.name, v.ptr, {{nb, v.bs}, {vl ? 2 : v.rows, v.rs}, {v.heads, v.hs}});
+    if (!s.ok()) return s;
+  }
+  return Status::success();
+}
+
+struct WorkspaceLayout {
+  int64_t rows = 0;  // R, padded query rows per head
+  std::size_t dq_accum = 0, lse_log2 = 0, dsum = 0, counters = 0, bytes = 0;
+};
+
+WorkspaceLayout workspace_layout(const BwdParams& p, int head_dim) {
+  constexpr std::size_t kAlign = 256;
+  const auto up = [](std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
+  const int bm = bwd_tile(head_dim, false).block_m;
+  WorkspaceLayout w;
+  w.rows = sm80::ws_rows(static_cast<int>(p.batch), p.total_q, p.is_varlen(), static_cast<int>(p.seqlen_q), bm);
+  const std::size_t rows = static_cast<std::size_t>(w.rows) * static_cast<std::size_t>(p.heads_q);
+  std::size_t off = 0;
+  w.dq_accum = off;
+  off = up(off + rows * head_dim * sizeof(float));
+  w.lse_log2 = off;
+  off = up(off + rows * sizeof(float));
+  w.dsum = off;
+  off = up(off + rows * sizeof(float));
+  w.counters = off;
+  off = up(off + rows / bm * sizeof(int32_t));
+  w.bytes = off;
+  return w;
+}
+
+BwdKernelParams kernel_params(const BwdParams& p, int head_dim, const WorkspaceLayout& w) {
+  const sm80::BwdTile tile = bwd_tile(head_dim, false);
+  BwdKernelParams k;
+  k.q = p.q;
+  k.k = p.k;
+  k.v = p.v;
+  k.out = p.out;
+  k.dout = p.dout;
+  k.lse = p.lse;
+  k.dq = p.dq;
+  k.dk = p.dk;
+  k.dv = p.dv;
+  k.q_batch_stride = p.q_batch_stride, k.q_row_stride = p.q_row_stride, k.q_head_stride = p.q_head_stride;
+  k.k_batch_stride = p.k_batch_stride, k.k_row_stride = p.k_row_stride, k.k_head_stride = p.k_head_stride;
+  k.v_batch_stride = p.v_batch_stride, k.v_row_stride = p.v_row_stride, k.v_head_stride = p.v_head_stride;
+  k.o_batch_stride = p.o_batch_stride, k.o_row_stride = p.o_row_stride, k.o_head_stride = p.o_head_stride;
+  k.do_batch_stride = p.do_batch_stride, k.do_row_stride = p.do_row_stride, k.do_head_stride = p.do_head_stride;
+  k.dq_batch_stride = p.dq_batch_stride, k.dq_row_stride = p.dq_row_stride, k.dq_head_stride = p.dq_head_stride;
+  k.dk_batch_stride = p.dk_batch_stride, k.dk_row_stride = p.dk_row_stride, k.dk_head_stride = p.dk_head_stride;
+  k.dv_batch_stride = p.dv_batch_stride, k.dv_row_stride = p.dv_row_stride, k.dv_head_stride = p.dv_head_stride;
+  k.lse_batch_stride = p.lse_batch_stride, k.lse_head_stride = p.lse_head_stride;
+  k.cu_seqlens_q = p.cu_seqlens_q;
+  k.cu_seqlens_k = p.cu_seqlens_k;
+  k.batch = static_cast<int>(p.batch);
+  k.seqlen_q = static_cast<int>(p.seqlen_q);
+  k.seqlen_k = static_cast<int>(p.seqlen_k);
+  k.heads_q = static_cast<int>(p.heads_q);
+  k.heads_kv = static_cast<int>(p.heads_kv);
+  k.group = static_cast<int>(p.group_size());
+  k.hdim_qk = static_cast<int>(p.hdim_qk);
+  k.hdim_v = static_cast<int>(p.hdim_v);
+  k.window_left = clamp_window(p.mask.window_left);
+  k.window_right = clamp_window(p.mask.window_right);
+  k.scale = p.softmax_scale;
+  k.scale_log2 = p.softmax_scale * kLog2e;
+  if (p.softcap > 0.f) {
+    k.softcap_scale = p.softmax_scale / p.softcap;
+    k.cap_log2 = p.softcap * kLog2e;
+    k.inv_cap_log2 = 1.f / k.cap_log2;
+  }
+  k.deterministic = p.deterministic;
+  char* ws = static_cast<char*>(p.workspace);
+  k.dq_accum = reinterpret_cast<float*>(ws + w.dq_accum);
+  k.lse_log2 = reinterpret_cast<float*>(ws + w.lse_log2);
+  k.dsum = reinterpret_cast<float*>(ws + w.dsum);
+  k.counters = reinterpret_cast<int32_t*>(ws + w.counters);
+  k.ws_rows = w.rows;
+  k.head_dim = head_dim;
+  k.block_m = tile.block_m;
+  k.num_m_blocks = static_cast<int>((p.seqlen_q + tile.block_m - 1) / tile.block_m);
+  k.num_n_blocks = static_cast<int>((p.seqlen_k + tile.block_n - 1) / tile.block_n);
+  return k;
+}
+
+template <class Elem, int kHeadDim>
+Status launch_main_if_compiled(const BwdKernelParams& k, cudaStream_t stream, bool big_smem) {
+  if constexpr (compiled(kHeadDim)) {
+    return sm80::launch_bwd_main<Elem, kHeadDim>(k, stream, big_smem);
+  } else {
+    return {StatusCode::internal, "cuda sm80 backward: head dim " + std::to_string(kHeadDim) + " is not compiled"};
+  }
+}
+
+template <class Elem>
+Status launch_main(int head_dim, const BwdKernelParams& k, cudaStream_t stream, bool big_smem) {
+  switch (head_dim) {
+    case 64: return launch_main_if_compiled<Elem, 64>(k, stream, big_smem);
+    case 96: return launch_main_if_compiled<Elem, 96>(k, stream, big_smem);
+    case 128: return launch_main_if_compiled<Elem, 128>(k, stream, big_smem);
+    case 192: return launch_main_if_compiled<Elem, 192>(k, stream, big_smem);
+    case 256: return launch_main_if_compiled<Elem, 256>(k, stream, big_smem);
+    default: return {StatusCode::internal, "cuda sm80 backward: no instance " + std::to_string(head_dim)};
+  }
+}
+
+}  // namespace
+
+Status sm80_backward_check(const BwdParams& p) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
+    return Status::unsupported(std::string("cuda sm80 backward: dtype ") + to_string(p.dtype) +
+                               " is not supported (f16 and bf16 only)");
+  }
+  const int head_dim = instance_for(p);
+  if (head_dim == 0) {
+    return Status::unsupported("cuda sm80 backward: head dims (hdim_qk = " + std::to_string(p.hdim_qk) +
+                               ", hdim_v = " + std::to_string(p.hdim_v) +
+                               ") need a compiled head-dim instance at least as large; this build has " +
+                               compiled_list() + " (CMake option FLASHATTN_HEADDIMS)");
+  }
+  if (p.seqlen_q > kMaxSeqlen || p.seqlen_k > kMaxSeqlen) {
+    return Status::unsupported("cuda sm80 backward: sequence lengths above " + std::to_string(kMaxSeqlen) +
+                               " are not supported (seqlen_q = " + std::to_string(p.seqlen_q) +
+                               ", seqlen_k = " + std::to_string(p.seqlen_k) + ")");
+  }
+  if (p.batch > INT_MAX || p.heads_q > INT_MAX) {
+    return Status::unsupported("cuda sm80 backward: batch = " + std::to_string(p.batch) + " or heads_q = " +
+                               std::to_string(p.heads_q) + " exceeds 2^31 - 1");
+  }
+  const sm80::BwdTile tile = bwd_tile(head_dim, false);
+  const int64_t n_blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n * p.heads_kv * p.batch;
+  const int64_t m_blocks = (p.seqlen_q + tile.block_m - 1) / tile.block_m * p.heads_q * p.batch;
+  if (n_blocks > INT_MAX || m_blocks > INT_MAX) {
+    return Status::unsupported("cuda sm80 backward: the problem needs more than 2^31 - 1 thread blocks");
+  }
+  Status s = check_all_aligned(p);
+  if (!s.ok()) return s;
+  const DeviceLimits dev = device_limits();
+  if (!dev.status.ok()) return dev.status;
+  if (dev.smem_optin < tile.smem_bytes()) {
+    return Status::unsupported("cuda sm80 backward: head dim " + std::to_string(head_dim) + " needs " +
+                               std::to_string(tile.smem_bytes()) + " bytes of shared memory per block, the device " +
+                               "allows " + std::to_string(dev.smem_optin));
+  }
+  return Status::success();
+}
+
+std::size_t sm80_backward_workspace(const BwdParams& p) {
+  const int head_dim = instance_for(p);
+  return head_dim == 0 ? 0 : workspace_layout(p, head_dim).bytes;
+}
+
+Status sm80_backward(const BwdParams& p) {
+  Status s = sm80_backward_check(p);
+  if (!s.ok()) return s;
+  if (reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0) {
+    return Status::invalid("workspace: must be 16-byte aligned for the cuda sm80 backward");
+  }
+  const int head_dim = instance_for(p);
+  const WorkspaceLayout w = workspace_layout(p, head_dim);
+  const BwdKernelParams k = kernel_params(p, head_dim, w);
+  const DeviceLimits dev = device_limits();
+  const bool big_smem = dev.smem_optin >= bwd_tile(head_dim, true).smem_bytes();
+  cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+
+  s = sm80::launch_bwd_preprocess(k, p.dtype, stream);
+  if (!s.ok()) return s;
+  s = p.dtype == DType::bf16 ? launch_main<ptx::BF16>(head_dim, k, stream, big_smem)
+                             : launch_main<ptx::F16>(head_dim, k, stream, big_smem);
+  if (!s.ok()) return s;
+  return sm80::launch_bwd_postprocess(k, p.dtype, stream);
+}
+
+}  // namespace flashattn::cuda

@@ -1,0 +1,121 @@
+// The backward's warp-level products beyond common/warp_gemm.cuh's gemm_ss (C += A·Bᵀ, used for
+// S = Q·Kᵀ and dP = dO·Vᵀ), and its accumulator store. Operands come from swizzled shared tiles
+// (common/smem_tile.cuh) through ldmatrix; fragment layouts are those of ptx/mma.cuh
+// (g = lane / 4, t = lane % 4):
+//
+//   gemm_atb  C += Aᵀ·B   A stored [k][m], B stored [k][n]: dV += Pᵀ·dO and dK += dSᵀ·Q, with P, dS
+//                         stored [query][key] and dO, Q stored [query][d].
+//   gemm_ab   C += A·B    A stored [m][k], B stored [k][n]: dQ = dS·K, K stored [key][d].
+//
+// ldmatrix.x4 lane patterns (lane l addresses one 16-byte row of matrix i = l / 8):
+//   A stored [k][m], .trans, for the m-tile at m0, k-step kk:
+//       row 16kk + l % 8 + 8·(l / 16), columns m0 + 8·((l / 8) % 2) ..
+//       matrices (k 0-7, m 0-7), (k 0-7, m 8-15), (k 8-15, m 0-7), (k 8-15, m 8-15); .trans hands
+//       lane l column g (= m) at rows 2t, 2t+1 (= k) of each: A[g][2t..], A[g+8][2t..], A[g][2t+8..],
+//       A[g+8][2t+8..] = a[0..3].
+//   A stored [m][k], non-trans: common/warp_gemm.cuh's ldsm_a_addr pattern.
+//   B stored [k][n], .trans, for n-tiles n0, n0 + 8, k-step kk: common/warp_gemm.cuh's ldsm_bt_addr
+//       pattern (row 16kk + l % 16, columns n0 + 8·(l / 16) ..): r[0], r[1] = B[2t.., 2t+8..][n0 + g],
+//       r[2], r[3] the same for n0 + 8.
+// The lane's column offset (a warp's m0 or n0, any multiple of 8) goes into LdsmAddr's chunk_lane:
+// its per-lane bases absorb any chunk, and at() adds only compile-time multiples of the swizzle
+// period.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/smem_tile.cuh"
+#include "cuda/common/warp_gemm.cuh"
+#include "cuda/ptx/ldmatrix.cuh"
+#include "cuda/ptx/math.cuh"
+#include "cuda/ptx/mma.cuh"
+
+namespace flashattn::cuda::sm80 {
+
+// x, hidden from the optimizer (an empty asm that "may change" it; no instruction is emitted).
+// Lane-derived shared-memory addresses computed from the result inside the main loop are
+// recomputed there (a few integer ops per use) instead of being hoisted out of the loop into
+// dozens of registers that the loop, holding dK and dV, cannot spare.
+__device__ __forceinline__ int opaque(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+template <class T>
+__device__ __forceinline__ T* opaque(T* x) {
+  asm volatile("" : "+l"(x));
+  return x;
+}
+
+// C[mi][ni] += Σ_k A(k, a_col0 + 16mi ..)·B(k, b_col0 + 8ni ..) over k = 0 .. 16·kKSteps.
+template <class Tag, class ATile, class BTile, int kMTiles, int kNTiles, int kKSteps>
+__device__ __forceinline__ void gemm_atb(float (&acc)[kMTiles][kNTiles][4], uint32_t a_tile, int a_col0,
+                                         uint32_t b_tile, int b_col0, int lane) {
+  static_assert(kNTiles % 2 == 0, "B is fetched two n-tiles per ldmatrix.x4.trans");
+  const LdsmAddr<ATile> a_addr(a_tile, lane % 8 + 8 * (lane / 16), a_col0 / kChunkElems + (lane / 8) % 2);
+  const LdsmAddr<BTile> b_addr(b_tile, lane % 16, b_col0 / kChunkElems + lane / 16);
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    uint32_t a[kMTiles][4];
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi) ptx::ldmatrix_x4_trans(a[mi], a_addr.at(16 * kk, 2 * mi));
+#pragma unroll
+    for (int np = 0; np < kNTiles / 2; ++np) {
+      uint32_t b[4];
+      ptx::ldmatrix_x4_trans(b, b_addr.at(16 * kk, 2 * np));
+      const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
+#pragma unroll
+      for (int mi = 0; mi < kMTiles; ++mi) {
+        ptx::mma_m16n8k16<Tag>(acc[mi][2 * np], a[mi], b_lo);
+        ptx::mma_m16n8k16<Tag>(acc[mi][2 * np + 1], a[mi], b_hi);
+      }
+    }
+  }
+}
+
+// C[mi][ni] += Σ_k A(a_row0 + 16mi .., k)·B(k, b_col0 + 8ni ..) over k = 0 .. 16·kKSteps.
+template <class Tag, class ATile, class BTile, int kMTiles, int kNTiles, int kKSteps>
+__device__ __forceinline__ void gemm_ab(float (&acc)[kMTiles][kNTiles][4], uint32_t a_tile, int a_row0,
+                                        uint32_t b_tile, int b_col0, int lane) {
+  static_assert(kNTiles % 2 == 0, "B is fetched two n-tiles per ldmatrix.x4.trans");
+  const LdsmAddr<ATile> a_addr = ldsm_a_addr<ATile>(a_tile, a_row0, lane);
+  const LdsmAddr<BTile> b_addr(b_tile, lane % 16, b_col0 / kChunkElems + lane / 16);
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    uint32_t a[kMTiles][4];
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi) ptx::ldmatrix_x4(a[mi], a_addr.at(16 * mi, 2 * kk));
+#pragma unroll
+    for (int np = 0; np < kNTiles / 2; ++np) {
+      uint32_t b[4];
+      ptx::ldmatrix_x4_trans(b, b_addr.at(16 * kk, 2 * np));
+      const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
+#pragma unroll
+      for (int mi = 0; mi < kMTiles; ++mi) {
+        ptx::mma_m16n8k16<Tag>(acc[mi][2 * np], a[mi], b_lo);
+        ptx::mma_m16n8k16<Tag>(acc[mi][2 * np + 1], a[mi], b_hi);
+      }
+    }
+  }
+}
+
+// Writes an accumulator tile times `scale` to a 16-bit shared tile: acc[mi][ni][c] is element
+// (row0 + 16mi + 8·(c / 2) + g, col0 + 8ni + 2t + c % 2); each lane's column pair is one 4-byte store.
+template <class Tag, class Tile, int kMTiles, int kNTiles>
+__device__ __forceinline__ void store_accumulator_at(unsigned char* tile, const float (&acc)[kMTiles][kNTiles][4],
+                                                     int row0, int col0, int lane, float scale) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mi = 0; mi < kMTiles; ++mi) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int ni = 0; ni < kNTiles; ++ni) {
+        const int r = row0 + 16 * mi + 8 * half + g, c = col0 + 8 * ni + 2 * t;
+        *reinterpret_cast<uint32_t*>(tile + Tile::elem_offset(r, c)) =
+            ptx::pack2<Tag>(acc[mi][ni][2 * half] * scale, acc[mi][ni][2 * half + 1] * scale);
+      }
+    }
+  }
+}
+
+}  // namespace flashattn::cuda::sm80

@@ -1,0 +1,344 @@
+// The sm80 backward main kernel (FlashAttention-2's design): a thread block owns one key block
+// (block_n keys of one kv head of one sequence), keeps K and V in shared memory and dK, dV in
+// registers, and loops over the query heads of its GQA group and, for each, over the query blocks
+// that see its keys. Per query block it recomputes the probabilities and accumulates:
+//   S  = Q·Kᵀ                         (recomputed scores)
+//   P  = exp2(S·scale·log2e − LSE·log2e)   (masked entries −inf → 0; softcap: cap·tanh first)
+//   dV += Pᵀ·dO
+//   dP = dO·Vᵀ
+//   dS = P ∘ (dP − D),   D = rowsum(dO ∘ O) from the preprocess   (softcap: ∘ (1 − tanh²))
+//   dQ += dS·K   → added into the fp32 workspace with red.global.add (scaled in the postprocess)
+//   dK += dSᵀ·Q
+// and finally writes dK·scale and dV once. P and dS go through shared memory (16-bit): the
+// transposed products need them as A operands, read back with ldmatrix.trans.
+//
+// Barriers per query block: one after the loads land (top), one after P and dS are stored.
+// Double-buffered (stages = 2): the next query block's Q, dO, LSE and D are issued right after
+// the top barrier and land during this block's math. Single-buffered (stages = 1): dO, LSE, D
+// reload after dV (one more barrier), Q after dK (one more).
+//
+// Deterministic mode: the dQ additions of the key blocks into one query tile happen in key-block
+// order. counters[hq][query tile] counts the key blocks done; key block n waits (thread 0 spins,
+// then the block barrier) until it equals n − first key block that visits the tile, adds, and
+// bumps it with a release after the next barrier. Lower key blocks have lower block indices and
+// so start first: every wait is on a block that is running or done, never a deadlock.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/mask.cuh"
+#include "cuda/common/scores.cuh"
+#include "cuda/common/seqlen.cuh"
+#include "cuda/common/smem_tile.cuh"
+#include "cuda/common/tile_io.cuh"
+#include "cuda/common/warp_gemm.cuh"
+#include "cuda/ptx/ld_acquire.cuh"
+#include "cuda/ptx/math.cuh"
+#include "cuda/ptx/red.cuh"
+#include "cuda/sm80/bwd_gemm.cuh"
+#include "cuda/sm80/bwd_params.cuh"
+#include "cuda/sm80/bwd_tile.cuh"
+
+namespace flashattn::cuda::sm80 {
+
+// Everything compile-time about one instance: the tile, the warp tiles of each product, and the
+// shared-memory carve-up.
+template <int kHeadDim, bool kBigSmem>
+struct BwdShape {
+  static constexpr BwdTile kTile = bwd_tile(kHeadDim, kBigSmem);
+  static constexpr int kD = kHeadDim, kBM = kTile.block_m, kBN = kTile.block_n, kStages = kTile.stages;
+  using TileQ = SmemTile<kBM, kD>;   // Q, dO
+  using TileK = SmemTile<kBN, kD>;   // K, V; dK, dV in the epilogue
+  using TileP = SmemTile<kBM, kBN>;  // P, dS
+
+  // S, dP [kBM × kBN]: warp (wm, wn) = (warp % kWmS, warp / kWmS) owns a kTmS × kTnS tile.
+  static constexpr int kWmS = kTile.warps_m_sdp, kWnS = kBwdWarps / kWmS;
+  static constexpr int kTmS = kBM / kWmS, kTnS = kBN / kWnS;
+  static constexpr int kMtS = kTmS / 16, kNtS = kTnS / 8;
+  // dK, dV [kBN × kD]: warp (wn, wd) = (warp % kWnKV, warp / kWnKV).
+  static constexpr int kWnKV = kTile.warps_n_dkv, kWdKV = kBwdWarps / kWnKV;
+  static constexpr int kTnKV = kBN / kWnKV, kTdKV = kD / kWdKV;
+  static constexpr int kMtKV = kTnKV / 16, kNtKV = kTdKV / 8;
+  // dQ [kBM × kD]: warp (wm, wd) = (warp % kWmQ, warp / kWmQ).
+  static constexpr int kWmQ = kTile.warps_m_dq, kWdQ = kBwdWarps / kWmQ;
+  static constexpr int kTmQ = kBM / kWmQ, kTdQ = kD / kWdQ;
+  static constexpr int kMtQ = kTmQ / 16, kNtQ = kTdQ / 8;
+
+  static_assert(kTile.head_dim == kHeadDim, "no tile for this head dim");
+  static_assert(kBM % kWmS == 0 && kBN % kWnS == 0 && kTmS % 16 == 0 && kTnS % 16 == 0, "S warp tile");
+  static_assert(kBN % kWnKV == 0 && kD % kWdKV == 0 && kTnKV % 16 == 0 && kTdKV % 16 == 0, "dK/dV warp tile");
+  static_assert(kBM % kWmQ == 0 && kD % kWdQ == 0 && kTmQ % 16 == 0 && kTdQ % 16 == 0, "dQ warp tile");
+  static_assert(kBM % 4 == 0 && kBM / 2 <= kBwdThreads, "LSE/D rows load as 16-byte chunks, one per thread");
+
+  // Shared memory, in bytes from the (128-byte aligned) base.
+  static constexpr int kRowBytes = kBM * 4;
+  static constexpr int kOffK = 0;
+  static constexpr int kOffV = kOffK + TileK::kBytes;
+  static constexpr int kOffQ = kOffV + TileK::kBytes;
+  static constexpr int kOffDo = kOffQ + kStages * TileQ::kBytes;
+  static constexpr int kOffP = kOffDo + kStages * TileQ::kBytes;
+  static constexpr int kOffDs = kOffP + TileP::kBytes;
+  static constexpr int kOffLse = kOffDs + TileP::kBytes;
+  static constexpr int kOffDsum = kOffLse + kStages * kRowBytes;
+  static constexpr int kSmemBytes = kOffDsum + kStages * kRowBytes;
+  static_assert(kSmemBytes == kTile.smem_bytes(), "bwd_tile's smem_bytes and the carve-up disagree");
+};
+
+// The query-side tiles of one loop step: query head hq, query block m_block.
+struct BwdStep {
+  int hq, m0;
+};
+
+template <class Elem, int kHeadDim, bool kBigSmem, bool kSoftcap>
+__global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_constant__ BwdKernelParams p) {
+  using Sh = BwdShape<kHeadDim, kBigSmem>;
+  using TileQ = typename Sh::TileQ;
+  using TileK = typename Sh::TileK;
+  using TileP = typename Sh::TileP;
+  constexpr int kD = Sh::kD, kBM = Sh::kBM, kBN = Sh::kBN, kStages = Sh::kStages;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  // blockIdx.x = n_block + num_n_blocks · (kv head + heads_kv · b): key blocks fastest, so the
+  // blocks reading one head's Q and dO run together, and lower key blocks start first.
+  int bid = blockIdx.x;
+  const int n_block = bid % p.num_n_blocks;
+  bid /= p.num_n_blocks;
+  const int h_kv = bid % p.heads_kv;
+  const int b = bid / p.heads_kv;
+  const SeqLens seq = seq_lens(b, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlen_q, p.seqlen_k);
+  const int n0 = n_block * kBN;
+  if (n0 >= seq.seqlen_k) return;
+
+  const Mask mask{seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right};
+  const int m_begin = mask.m_block_begin(n0, kBM);
+  const int num_m = imax(0, mask.m_block_end(n0, kBN, kBM) - m_begin);
+  const int steps = num_m * p.group;  // (query head, query block) pairs, query blocks fastest
+  const int64_t ws_row0 = ws_row_start(b, seq.q_offset, p.cu_seqlens_q != nullptr, p.seqlen_q, kBM);
+
+  const uint32_t s_base = ptx::smem_addr(smem);
+  const uint32_t s_k = s_base + Sh::kOffK, s_v = s_base + Sh::kOffV;
+  const uint32_t s_p = s_base + Sh::kOffP, s_ds = s_base + Sh::kOffDs;
+
+  // Warp tile origins of the three kinds of product.
+  const int s_row0 = (warp % Sh::kWmS) * Sh::kTmS, s_col0 = (warp / Sh::kWmS) * Sh::kTnS;
+  const int kv_row0 = (warp % Sh::kWnKV) * Sh::kTnKV, kv_col0 = (warp / Sh::kWnKV) * Sh::kTdKV;
+  const int q_row0 = (warp % Sh::kWmQ) * Sh::kTmQ, q_col0 = (warp / Sh::kWmQ) * Sh::kTdQ;
+
+  float acc_dk[Sh::kMtKV][Sh::kNtKV][4] = {};
+  float acc_dv[Sh::kMtKV][Sh::kNtKV][4] = {};
+
+  const auto step_of = [&](int it) { return BwdStep{h_kv * p.group + it / num_m, (m_begin + it % num_m) * kBM}; };
+  const auto counter_of = [&](BwdStep s) {
+    return p.counters + s.hq * (p.ws_rows / kBM) + (ws_row0 + s.m0) / kBM;
+  };
+  // Q tile of step s into stage `stage`.
+  const auto load_q = [&](BwdStep s, int stage) {
+    const uint16_t* src = static_cast<const uint16_t*>(p.q) +
+                          gmem_offset(b, seq.q_offset + s.m0, s.hq, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+    TileIO<TileQ, kBwdThreads>::load_async(s_base + Sh::kOffQ + stage * TileQ::kBytes, src, p.q_row_stride,
+                                           seq.seqlen_q - s.m0, p.hdim_qk, p.q, tid);
+  };
+  // dO tile, LSE·log2e and D rows of step s into stage `stage`.
+  const auto load_do = [&](BwdStep s, int stage) {
+    const uint16_t* src = static_cast<const uint16_t*>(p.dout) + gmem_offset(b, seq.q_offset + s.m0, s.hq,
+                                                                             p.do_batch_stride, p.do_row_stride,
+                                                                             p.do_head_stride);
+    TileIO<TileQ, kBwdThreads>::load_async(s_base + Sh::kOffDo + stage * TileQ::kBytes, src, p.do_row_stride,
+                                           seq.seqlen_q - s.m0, p.hdim_v, p.dout, tid);
+    const int64_t row = s.hq * p.ws_rows + ws_row0 + s.m0;
+    constexpr int kChunks = kBM / 4;  // 16-byte chunks of one fp32 row vector
+    if (tid < kChunks) {
+      ptx::cp_async_16(s_base + Sh::kOffLse + stage * Sh::kRowBytes + tid * 16, p.lse_log2 + row + tid * 4);
+    } else if (tid < 2 * kChunks) {
+      const int c = tid - kChunks;
+      ptx::cp_async_16(s_base + Sh::kOffDsum + stage * Sh::kRowBytes + c * 16, p.dsum + row + c * 4);
+    }
+  };
+
+  if (steps > 0) {
+    const uint16_t* k_src = static_cast<const uint16_t*>(p.k) +
+                            gmem_offset(b, seq.k_offset + n0, h_kv, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+    const uint16_t* v_src = static_cast<const uint16_t*>(p.v) +
+                            gmem_offset(b, seq.k_offset + n0, h_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+    TileIO<TileK, kBwdThreads>::load_async(s_k, k_src, p.k_row_stride, seq.seqlen_k - n0, p.hdim_qk, p.k,
+                                           tid);
+    TileIO<TileK, kBwdThreads>::load_async(s_v, v_src, p.v_row_stride, seq.seqlen_k - n0, p.hdim_v, p.v,
+                                           tid);
+    load_q(step_of(0), 0);
+    load_do(step_of(0), 0);
+    ptx::cp_async_commit();
+
+    for (int it = 0; it < steps; ++it) {
+      const int stage = kStages == 2 ? it % 2 : 0;
+      const BwdStep step = step_of(it);
+      const int m0 = step.m0;
+      const uint32_t s_q = s_base + Sh::kOffQ + stage * TileQ::kBytes;
+      const uint32_t s_do = s_base + Sh::kOffDo + stage * TileQ::kBytes;
+      const float* s_lse = reinterpret_cast<const float*>(smem + Sh::kOffLse + stage * Sh::kRowBytes);
+      const float* s_dsum = reinterpret_cast<const float*>(smem + Sh::kOffDsum + stage * Sh::kRowBytes);
+
+      ptx::cp_async_wait<0>();
+      __syncthreads();  // this step's tiles landed; last step's readers of every buffer are done
+      const int lane = opaque(threadIdx.x % 32);  // shadows the outer one: see opaque()
+      const int g = lane / 4, t = lane % 4;
+      if (p.deterministic && it > 0 && tid == 0) ptx::red_release_add_s32(counter_of(step_of(it - 1)), 1);
+      if (kStages == 2 && it + 1 < steps) {
+        const BwdStep next = step_of(it + 1);
+        load_q(next, stage ^ 1);
+        load_do(next, stage ^ 1);
+        ptx::cp_async_commit();
+      }
+
+      // ---- S = Q·Kᵀ, then P = exp2(score − LSE·log2e) ------------------------------------------
+      float acc_s[Sh::kMtS][Sh::kNtS][4] = {};
+      gemm_ss<Elem, TileQ, TileK, Sh::kMtS, Sh::kNtS, kD / 16>(acc_s, ldsm_a_addr<TileQ>(s_q, s_row0, lane),
+                                                               ldsm_b_addr<TileK>(s_k, s_col0, lane), 0);
+      // Log2-domain scores; with softcap, acc_s keeps them (P and tanh are recomputed for dS).
+#pragma unroll
+      for (int mi = 0; mi < Sh::kMtS; ++mi) {
+#pragma unroll
+        for (int ni = 0; ni < Sh::kNtS; ++ni) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            float& x = acc_s[mi][ni][c];
+            x = kSoftcap ? tanh_accurate(x * p.softcap_scale) * p.cap_log2 : x * p.scale_log2;
+          }
+        }
+      }
+      if (mask.tile_needs_mask(m0, kBM, n0, kBN)) mask_accumulator(acc_s, mask, m0 + s_row0, n0 + s_col0, lane);
+#pragma unroll
+      for (int mi = 0; mi < Sh::kMtS; ++mi) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int r = s_row0 + 16 * mi + 8 * half + g;
+          const float lse = s_lse[r];
+#pragma unroll
+          for (int ni = 0; ni < Sh::kNtS; ++ni) {
+            float* x = &acc_s[mi][ni][2 * half];
+            const float p0 = ptx::exp2_approx(x[0] - lse), p1 = ptx::exp2_approx(x[1] - lse);
+            if constexpr (!kSoftcap) {
+              x[0] = p0;
+              x[1] = p1;
+            }
+            *reinterpret_cast<uint32_t*>(smem + Sh::kOffP + TileP::elem_offset(r, s_col0 + 8 * ni + 2 * t)) =
+                ptx::pack2<Elem>(p0, p1);
+          }
+        }
+      }
+
+      // ---- dP = dO·Vᵀ, then dS = P ∘ (dP − D) ---------------------------------------------------
+      {
+        float acc_dp[Sh::kMtS][Sh::kNtS][4] = {};
+        gemm_ss<Elem, TileQ, TileK, Sh::kMtS, Sh::kNtS, kD / 16>(acc_dp, ldsm_a_addr<TileQ>(s_do, s_row0, lane),
+                                                                 ldsm_b_addr<TileK>(s_v, s_col0, lane), 0);
+#pragma unroll
+        for (int mi = 0; mi < Sh::kMtS; ++mi) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int r = s_row0 + 16 * mi + 8 * half + g;
+            const float dsum = s_dsum[r];
+            const float lse = kSoftcap ? s_lse[r] : 0.f;
+#pragma unroll
+            for (int ni = 0; ni < Sh::kNtS; ++ni) {
+              float ds[2];
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const float x = acc_s[mi][ni][2 * half + e];
+                const float prob = kSoftcap ? ptx::exp2_approx(x - lse) : x;
+                ds[e] = prob * (acc_dp[mi][ni][2 * half + e] - dsum);
+                if constexpr (kSoftcap) {
+                  // d(cap·tanh(u))/du = cap·(1 − tanh²); masked scores (−inf) give tanh = −1 → 0.
+                  const float th = fmaxf(x * p.inv_cap_log2, -1.f);
+                  ds[e] *= fmaf(-th, th, 1.f);
+                }
+              }
+              *reinterpret_cast<uint32_t*>(smem + Sh::kOffDs + TileP::elem_offset(r, s_col0 + 8 * ni + 2 * t)) =
+                  ptx::pack2<Elem>(ds[0], ds[1]);
+            }
+          }
+        }
+      }
+
+      if (p.deterministic && tid == 0) {
+        // Our turn for this query tile: every lower key block that visits it has added.
+        const int32_t turn = n_block - mask.n_block_begin(m0, kBN);
+        const int32_t* counter = counter_of(step);
+        while (ptx::ld_acquire_s32(counter) != turn) {
+        }
+      }
+      __syncthreads();  // P and dS visible to all warps
+
+      // ---- dV += Pᵀ·dO --------------------------------------------------------------------------
+      gemm_atb<Elem, TileP, TileQ, Sh::kMtKV, Sh::kNtKV, kBM / 16>(acc_dv, s_p, kv_row0, s_do, kv_col0, lane);
+      if constexpr (kStages == 1) {
+        if (it + 1 < steps) {
+          __syncthreads();  // everyone is done with dO, LSE and D
+          load_do(step_of(it + 1), 0);
+          ptx::cp_async_commit();
+        }
+      }
+
+      // ---- dQ += dS·K, into the fp32 workspace ---------------------------------------------------
+      {
+        float acc_dq[Sh::kMtQ][Sh::kNtQ][4] = {};
+        gemm_ab<Elem, TileP, TileK, Sh::kMtQ, Sh::kNtQ, kBN / 16>(acc_dq, s_ds, q_row0, s_k, q_col0, lane);
+        // This lane's first element; every other one is a compile-time offset from it. Columns at
+        // or past hdim_qk (a multiple of 8: whole n-tiles) are zero and not added.
+        float* dq_lane =
+            opaque(p.dq_accum + (step.hq * p.ws_rows + ws_row0 + m0 + q_row0 + g) * kD + q_col0 + 2 * t);
+        const int cols_left = p.hdim_qk - q_col0;
+        const auto add_dq = [&](auto all_columns) {
+#pragma unroll
+          for (int mi = 0; mi < Sh::kMtQ; ++mi) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+#pragma unroll
+              for (int ni = 0; ni < Sh::kNtQ; ++ni) {
+                if (decltype(all_columns)::value || 8 * ni < cols_left) {
+                  ptx::red_add_v2_f32(dq_lane + (16 * mi + 8 * half) * kD + 8 * ni, acc_dq[mi][ni][2 * half],
+                                      acc_dq[mi][ni][2 * half + 1]);
+                }
+              }
+            }
+          }
+        };
+        if (cols_left >= Sh::kTdQ) {
+          add_dq(std::true_type{});  // the common case: no per-add branch
+        } else {
+          add_dq(std::false_type{});
+        }
+      }
+
+      // ---- dK += dSᵀ·Q --------------------------------------------------------------------------
+      gemm_atb<Elem, TileP, TileQ, Sh::kMtKV, Sh::kNtKV, kBM / 16>(acc_dk, s_ds, kv_row0, s_q, kv_col0, lane);
+      if constexpr (kStages == 1) {
+        if (it + 1 < steps) {
+          __syncthreads();  // everyone is done with Q
+          load_q(step_of(it + 1), 0);
+          ptx::cp_async_commit();
+        }
+      }
+    }
+    if (p.deterministic) {
+      __syncthreads();  // every thread's dQ additions of the last step come before the release
+      if (tid == 0) ptx::red_release_add_s32(counter_of(step_of(steps - 1)), 1);
+    }
+  }
+
+  // ---- epilogue: dK·scale and dV, through shared memory (K, V's space) for coalesced stores -------
+  __syncthreads();  // every warp is done reading K and V
+  store_accumulator_at<Elem, TileK>(smem + Sh::kOffK, acc_dk, kv_row0, kv_col0, lane, p.scale);
+  store_accumulator_at<Elem, TileK>(smem + Sh::kOffV, acc_dv, kv_row0, kv_col0, lane, 1.f);
+  __syncthreads();
+  uint16_t* dk_dst = static_cast<uint16_t*>(p.dk) +
+                     gmem_offset(b, seq.k_offset + n0, h_kv, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+  uint16_t* dv_dst = static_cast<uint16_t*>(p.dv) +
+                     gmem_offset(b, seq.k_offset + n0, h_kv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+  TileIO<TileK, kBwdThreads>::store(dk_dst, p.dk_row_stride, seq.seqlen_k - n0, p.hdim_qk, smem + Sh::kOffK, tid);
+  TileIO<TileK, kBwdThreads>::store(dv_dst, p.dv_row_stride, seq.seqlen_k - n0, p.hdim_v, smem + Sh::kOffV, tid);
+}
+
+}  // namespace flashattn::cuda::sm80

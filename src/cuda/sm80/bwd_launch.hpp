@@ -1,0 +1,30 @@
+// The sm80 backward's launch functions, as the host dispatch (bwd_api.cu) sees them. The main
+// kernel's are defined per (dtype, head dim) instance in generated translation units
+// (bwd_instance.cu.in, listed by backward.cmake); the pre/postprocess ones in bwd_prepost.cu.
+// Each launches on `stream`, never synchronizes, and returns cuda_error if the launch failed.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "api/params.hpp"
+#include "cuda/sm80/bwd_params.cuh"
+
+namespace flashattn::cuda::sm80 {
+
+// Elem: ptx::F16 or ptx::BF16. big_smem: the device fits bwd_tile(kHeadDim, true).
+template <class Elem, int kHeadDim>
+Status launch_bwd_main(const BwdKernelParams& params, cudaStream_t stream, bool big_smem);
+
+// D = rowsum(dO ∘ O) and LSE·log2e into the workspace; zeroes dq_accum and the counters.
+Status launch_bwd_preprocess(const BwdKernelParams& params, DType dtype, cudaStream_t stream);
+// dq = dq_accum · scale, in the output dtype, strided.
+Status launch_bwd_postprocess(const BwdKernelParams& params, DType dtype, cudaStream_t stream);
+
+// A cuda_error Status naming what failed, or ok.
+inline Status cuda_status(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::success();
+  return {StatusCode::cuda_error, std::string("cuda sm80 backward: ") + what + ": " + cudaGetErrorName(err) + " (" +
+                                      cudaGetErrorString(err) + ")"};
+}
+
+}  // namespace flashattn::cuda::sm80

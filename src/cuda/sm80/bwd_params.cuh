@@ -1,0 +1,83 @@
+// Device-side parameters of the sm80 backward (built once on the host from the validated
+// BwdParams) and the layout of its workspace.
+//
+// Workspace (fp32 / int32, each sub-buffer 256-byte aligned), for R padded query rows:
+//   dq_accum  [heads_q][R][head_dim]   dQ accumulated by red.global.add (head_dim: the instance's)
+//   lse_log2  [heads_q][R]             LSE·log2(e); +inf on padding rows, so P = 0 there
+//   dsum      [heads_q][R]             D = rowsum(dO ∘ O); 0 on padding rows
+//   counters  [heads_q][R / block_m]   deterministic mode: how many key blocks have added into
+//                                      each query block's dQ so far
+// Sequence b's query rows start at ws_row_start(b), a multiple of block_m, and own
+// ceil(seqlen_q(b) / block_m) · block_m rows, so every query tile is whole and 16-byte aligned:
+//   padded batch: ws_row_start(b) = b · ceil(seqlen_q / block_m) · block_m,  R = that · batch
+//   varlen:       ws_row_start(b) = ⌊(cu_seqlens_q[b] + b · block_m) / block_m⌋ · block_m,
+//                 R = round_up(total_q + batch · block_m, block_m)
+// (varlen tiles never overlap: ws_row_start(b + 1) ≥ ws_row_start(b) + ceil(len_b / block_m)·block_m).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/host_device.cuh"
+
+namespace flashattn::cuda::sm80 {
+
+struct BwdKernelParams {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* out = nullptr;
+  const void* dout = nullptr;
+  const float* lse = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+
+  int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
+  int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
+  int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+  int64_t do_batch_stride = 0, do_row_stride = 0, do_head_stride = 0;
+  int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;
+  int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
+  int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
+  int64_t lse_batch_stride = 0, lse_head_stride = 0;
+
+  const int32_t* cu_seqlens_q = nullptr;  // varlen: both set
+  const int32_t* cu_seqlens_k = nullptr;
+  int batch = 0;
+  int seqlen_q = 0, seqlen_k = 0;  // varlen: the maxima
+  int heads_q = 0, heads_kv = 0, group = 1;
+  int hdim_qk = 0, hdim_v = 0;
+  int window_left = -1, window_right = -1;  // clamp_window()ed; < 0 unbounded
+
+  float scale = 1.f;          // softmax_scale: dK and dQ are scaled by it at the end
+  float scale_log2 = 1.f;     // softmax_scale · log2(e): S → log2-domain score (no softcap)
+  float softcap_scale = 0.f;  // softmax_scale / softcap: the tanh argument
+  float cap_log2 = 0.f;       // softcap · log2(e): tanh → log2-domain score
+  float inv_cap_log2 = 0.f;   // 1 / cap_log2: log2-domain score → tanh, for the derivative
+  bool deterministic = false;
+
+  // Workspace (see the top of this file).
+  float* dq_accum = nullptr;
+  float* lse_log2 = nullptr;
+  float* dsum = nullptr;
+  int32_t* counters = nullptr;
+  int64_t ws_rows = 0;     // R
+  int head_dim = 0;        // the instance: dq_accum's row length
+  int block_m = 0;         // the tile's, for the pre/postprocess kernels
+  int num_m_blocks = 0;    // ceil(seqlen_q / block_m), of the longest sequence
+  int num_n_blocks = 0;    // ceil(seqlen_k / block_n), likewise
+};
+
+// First workspace row of sequence b (see the top of this file). q_offset = cu_seqlens_q[b] (varlen).
+FLASHATTN_HD int64_t ws_row_start(int b, int64_t q_offset, bool varlen, int seqlen_q, int block_m) {
+  if (varlen) return (q_offset + int64_t{b} * block_m) / block_m * block_m;
+  return int64_t{b} * ((seqlen_q + block_m - 1) / block_m) * block_m;
+}
+
+FLASHATTN_HD int64_t ws_rows(int batch, int64_t total_q, bool varlen, int seqlen_q, int block_m) {
+  if (varlen) return (total_q + int64_t{batch} * block_m + block_m - 1) / block_m * block_m;
+  return ws_row_start(batch, 0, false, seqlen_q, block_m);
+}
+
+}  // namespace flashattn::cuda::sm80

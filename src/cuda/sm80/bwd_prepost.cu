@@ -1,0 +1,167 @@
+// The sm80 backward's preprocess and postprocess kernels, memory-bound, one thread block per
+// (query block of block_m rows, query head, sequence):
+//   preprocess:  D = rowsum(dO ∘ O) (fp32) and LSE·log2e into the workspace, padding rows of the
+//                tile set to D = 0, LSE = +inf (so the main kernel's P is 0 there); the tile's
+//                dq_accum rows and its deterministic-mode counter zeroed.
+//   postprocess: dq = dq_accum · softmax_scale, converted to the output dtype, strided store.
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/common/seqlen.cuh"
+#include "cuda/common/softmax.cuh"
+#include "cuda/ptx/math.cuh"
+#include "cuda/sm80/bwd_launch.hpp"
+
+namespace flashattn::cuda::sm80 {
+namespace {
+
+constexpr int kPrepostThreads = 128;
+
+// 16-bit element → float.
+template <class Tag>
+__device__ __forceinline__ float to_float(uint32_t bits16) {
+  if constexpr (std::is_same_v<Tag, ptx::BF16>) {
+    return __uint_as_float(bits16 << 16);
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16)));
+  }
+}
+
+// Σ a[i]·b[i] over the 8 16-bit elements of two 16-byte vectors, in fp32.
+template <class Tag>
+__device__ __forceinline__ float dot8(const uint4& a, const uint4& b) {
+  const uint32_t av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    s = fmaf(to_float<Tag>(av[i] & 0xffffu), to_float<Tag>(bv[i] & 0xffffu), s);
+    s = fmaf(to_float<Tag>(av[i] >> 16), to_float<Tag>(bv[i] >> 16), s);
+  }
+  return s;
+}
+
+struct QueryTile {
+  int b, hq, m0;
+  SeqLens seq;
+  int64_t ws_row;  // workspace row of the tile's first row, within head hq's [R] block
+};
+
+// blockIdx.x = m_block + num_m_blocks · (query head + heads_q · b).
+__device__ __forceinline__ QueryTile query_tile(const BwdKernelParams& p) {
+  QueryTile q;
+  int bid = blockIdx.x;
+  const int m_block = bid % p.num_m_blocks;
+  bid /= p.num_m_blocks;
+  q.hq = bid % p.heads_q;
+  q.b = bid / p.heads_q;
+  q.m0 = m_block * p.block_m;
+  q.seq = seq_lens(q.b, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlen_q, p.seqlen_k);
+  q.ws_row = q.hq * p.ws_rows + ws_row_start(q.b, q.seq.q_offset, p.cu_seqlens_q != nullptr, p.seqlen_q, p.block_m) +
+             q.m0;
+  return q;
+}
+
+template <class Tag>
+__global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const __grid_constant__ BwdKernelParams p) {
+  const QueryTile q = query_tile(p);
+  if (q.m0 >= q.seq.seqlen_q) return;
+  const int tid = threadIdx.x;
+
+  // D and LSE·log2e: each row's hdim_v / 8 chunks go to a power-of-two group of lanes of one warp,
+  // summed with xor-shuffles. block_m is a multiple of 32, so a warp's rows are all in the tile or
+  // all past it and every lane of a warp runs the same iterations.
+  const int chunks = p.hdim_v / 8;
+  int lanes = 1;
+  while (lanes < chunks) lanes *= 2;
+  const int c = tid % lanes;
+  for (int r = tid / lanes; r < p.block_m; r += kPrepostThreads / lanes) {
+    const int row = q.m0 + r;
+    const bool in_seq = row < q.seq.seqlen_q;
+    float acc = 0.f;
+    if (in_seq && c < chunks) {
+      const int64_t grow = q.seq.q_offset + row;
+      const uint4 o = *reinterpret_cast<const uint4*>(
+          static_cast<const uint16_t*>(p.out) +
+          gmem_offset(q.b, grow, q.hq, p.o_batch_stride, p.o_row_stride, p.o_head_stride) + c * 8);
+      const uint4 d = *reinterpret_cast<const uint4*>(
+          static_cast<const uint16_t*>(p.dout) +
+          gmem_offset(q.b, grow, q.hq, p.do_batch_stride, p.do_row_stride, p.do_head_stride) + c * 8);
+      acc = dot8<Tag>(o, d);
+    }
+    for (int off = lanes / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (c == 0) {
+      p.dsum[q.ws_row + r] = in_seq ? acc : 0.f;
+      p.lse_log2[q.ws_row + r] =
+          in_seq ? p.lse[q.b * p.lse_batch_stride + q.hq * p.lse_head_stride + q.seq.q_offset + row] * kLog2e
+                 : kInfinity;
+    }
+  }
+
+  // Zero this tile's dq_accum rows (the main kernel adds into them) and its counter.
+  float4* zero = reinterpret_cast<float4*>(p.dq_accum + q.ws_row * p.head_dim);
+  const int n4 = p.block_m * p.head_dim / 4;
+  for (int i = tid; i < n4; i += kPrepostThreads) zero[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (tid == 0) p.counters[q.ws_row / p.block_m] = 0;
+}
+
+template <class Tag>
+__global__ void __launch_bounds__(kPrepostThreads) bwd_postprocess_kernel(const __grid_constant__ BwdKernelParams p) {
+  const QueryTile q = query_tile(p);
+  if (q.m0 >= q.seq.seqlen_q) return;
+  const int rows = min(p.block_m, q.seq.seqlen_q - q.m0);
+  const int chunks = p.hdim_qk / 8;
+  const float* src = p.dq_accum + q.ws_row * p.head_dim;
+  uint16_t* dst = static_cast<uint16_t*>(p.dq) +
+                  gmem_offset(q.b, q.seq.q_offset + q.m0, q.hq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+  for (int i = threadIdx.x; i < rows * chunks; i += kPrepostThreads) {
+    const int r = i / chunks, c = (i % chunks) * 8;
+    const float4 lo = *reinterpret_cast<const float4*>(src + r * p.head_dim + c);
+    const float4 hi = *reinterpret_cast<const float4*>(src + r * p.head_dim + c + 4);
+    const float s = p.scale;
+    uint4 out;
+    out.x = ptx::pack2<Tag>(lo.x * s, lo.y * s);
+    out.y = ptx::pack2<Tag>(lo.z * s, lo.w * s);
+    out.z = ptx::pack2<Tag>(hi.x * s, hi.y * s);
+    out.w = ptx::pack2<Tag>(hi.z * s, hi.w * s);
+    *reinterpret_cast<uint4*>(dst + r * p.dq_row_stride + c) = out;
+  }
+}
+
+template <template <class> class Kernel>
+Status launch_prepost(const BwdKernelParams& p, DType dtype, cudaStream_t stream, const char* what) {
+  const int64_t blocks = int64_t{p.num_m_blocks} * p.heads_q * p.batch;
+  if (blocks == 0) return Status::success();
+  if (dtype == DType::bf16) {
+    Kernel<ptx::BF16>::launch(blocks, p, stream);
+  } else {
+    Kernel<ptx::F16>::launch(blocks, p, stream);
+  }
+  return cuda_status(cudaGetLastError(), what);
+}
+
+template <class Tag>
+struct Preprocess {
+  static void launch(int64_t blocks, const BwdKernelParams& p, cudaStream_t stream) {
+    bwd_preprocess_kernel<Tag><<<static_cast<unsigned>(blocks), kPrepostThreads, 0, stream>>>(p);
+  }
+};
+
+template <class Tag>
+struct Postprocess {
+  static void launch(int64_t blocks, const BwdKernelParams& p, cudaStream_t stream) {
+    bwd_postprocess_kernel<Tag><<<static_cast<unsigned>(blocks), kPrepostThreads, 0, stream>>>(p);
+  }
+};
+
+}  // namespace
+
+Status launch_bwd_preprocess(const BwdKernelParams& p, DType dtype, cudaStream_t stream) {
+  return launch_prepost<Preprocess>(p, dtype, stream, "preprocess kernel launch");
+}
+
+Status launch_bwd_postprocess(const BwdKernelParams& p, DType dtype, cudaStream_t stream) {
+  return launch_prepost<Postprocess>(p, dtype, stream, "postprocess kernel launch");
+}
+
+}  // namespace flashattn::cuda::sm80

@@ -209,6 +209,7 @@ TEST(ErrorRule, UnitBehaviour) {
   // Only the listed rows count.
   EXPECT_TRUE(reference::check_error_rule({1.0, -2.0, 9.0, 9.0}, same, ref, {0}, 2, DType::bf16, 0.0).ok);
   EXPECT_NEAR(reference::default_atol(DType::bf16, 1.7), 2 * std::ldexp(1.0, -8) * 2.0, 1e-15);
+  EXPECT_NEAR(reference::default_atol(DType::f32, 0.7), 16 * std::ldexp(1.0, -24), 1e-20);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@ namespace fa_test {
 namespace reference = flashattn::reference;
 
 // The error rule (reference::check_error_rule) as an assertion; `dim` splits columns into heads.
+// With FLASHATTN_TEST_VERBOSE set, every report is printed, passing or not.
 ::testing::AssertionResult rule_holds(const std::string& tensor, const reference::ErrorReport& report, int64_t dim);
 
 // lse: +inf exactly where the reference is +inf (fully masked rows), NaN where it is NaN, else

@@ -1,0 +1,192 @@
+// Differential tests: every backend against the float64 reference, by the error rule (out, dq,
+// dk, dv) and a small tolerance (lse), on many shapes and options. Each case runs on the CPU and on
+// CUDA (which skips without a GPU, or with supports()'s reason, e.g. f32 on CUDA).
+//
+// To add a case, append it to one of the lists below; its name (and so the test's) is derived from
+// its shape and options. Sizes are picked so the CPU run stays within minutes on two cores: long
+// sequences only with one or two heads.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <stdexcept>
+#include <tuple>
+
+#include "support/check.hpp"
+
+namespace fa_test {
+namespace {
+
+using flashattn::DType;
+
+constexpr DType kDtypes[] = {DType::bf16, DType::f16, DType::f32};
+constexpr Strides kLayouts[] = {Strides::contiguous, Strides::padded, Strides::permuted};
+
+// Every head dim in each dtype; masks and layouts vary along the list.
+std::vector<Case> head_dim_cases() {
+  std::vector<Case> v;
+  int i = 0;
+  for (int64_t d : {8, 40, 64, 96, 128, 192, 256}) {
+    for (DType dt : kDtypes) {
+      const int64_t heads_kv = (i / 2) % 3 == 0 ? 4 : ((i / 2) % 3 == 1 ? 2 : 1);
+      Case c = Case::padded(2, 161 + 37 * (i % 4), 203 - 25 * (i % 3), 4, heads_kv, d).with(dt).layout(kLayouts[i % 3]);
+      if (i % 2) c = c.causal_mask();
+      v.push_back(c);
+      ++i;
+    }
+  }
+  return v;
+}
+
+// Sequence lengths 1 … ~1000, not multiples of the tiles, seqlen_q ≠ seqlen_k both ways.
+std::vector<Case> seqlen_cases() {
+  std::vector<Case> v;
+  const std::pair<int64_t, int64_t> lens[] = {{1, 1},    {1, 300},   {300, 1},   {2, 3},     {17, 3},
+                                              {3, 17},   {63, 65},   {65, 63},   {128, 128}, {129, 127},
+                                              {255, 513}, {511, 200}, {1000, 1000}, {777, 1023}, {1023, 777},
+                                              {1500, 1499}, {2065, 300}};
+  int i = 0;
+  for (auto [sq, sk] : lens) {
+    const int64_t work = sq * sk;
+    const int64_t heads = work > 500000 ? 2 : 4, batch = work > 100000 ? 1 : 2;
+    const Case c = Case::padded(batch, sq, sk, heads, heads / 2, i % 3 ? 64 : 128).with(i % 2 ? DType::f16 : DType::bf16);
+    v.push_back(c.causal_mask());
+    if (work <= 1100000) v.push_back(c.layout(kLayouts[i % 3]));
+    ++i;
+  }
+  v.push_back(Case::padded(1, 2000, 1500, 1, 1, 64).with(DType::bf16).causal_mask().sample(48, 48));
+  return v;
+}
+
+// Query heads per key/value head: 1, 2, 4, 3, 6 and MQA (heads_kv = 1).
+std::vector<Case> gqa_cases() {
+  std::vector<Case> v;
+  const std::pair<int64_t, int64_t> heads[] = {{4, 4}, {4, 2}, {8, 2}, {6, 2}, {6, 1}, {8, 1}};
+  int i = 0;
+  for (auto [hq, hkv] : heads) {
+    const DType dt = kDtypes[i % 3];
+    v.push_back(Case::padded(1, 350, 411, hq, hkv, 64).with(dt).causal_mask().layout(kLayouts[(i + 1) % 3]));
+    v.push_back(Case::padded(2, 197, 145, hq, hkv, 32).with(dt).window(20, 7));
+    ++i;
+  }
+  v.push_back(Case::padded(1, 120, 120, 4, 1, 128).with(DType::bf16).det());
+  return v;
+}
+
+// Causal (both alignments), sliding windows (left only, right only, both), diagonal-only.
+std::vector<Case> mask_cases() {
+  std::vector<Case> v;
+  const std::pair<int64_t, int64_t> lens[] = {{513, 513}, {200, 600}, {600, 200}};
+  int i = 0;
+  for (auto [sq, sk] : lens) {
+    const Case c = Case::padded(1, sq, sk, 4, 2, 64).with(i % 2 ? DType::f16 : DType::bf16);
+    v.push_back(c.causal_mask());
+    v.push_back(c.window(32, -1));
+    v.push_back(c.window(-1, 16).layout(Strides::padded));
+    v.push_back(c.window(20, 5));
+    v.push_back(c.window(0, 0).layout(Strides::permuted));
+    v.push_back(c.window(50, 0));
+    v.push_back(c.causal_mask().window(70, -1));
+    v.push_back(c.window(300, 300).with(DType::f32));
+    ++i;
+  }
+  return v;
+}
+
+// Softcap and explicit softmax scales (softmax from nearly flat to sharply peaked).
+std::vector<Case> softcap_scale_cases() {
+  return {
+      Case::padded(2, 133, 150, 2, 2, 64).with(DType::bf16).cap(30.f),
+      Case::padded(1, 200, 180, 4, 2, 128).with(DType::f16).cap(2.5f).causal_mask(),
+      Case::padded(1, 90, 250, 2, 1, 96).with(DType::f32).cap(5.f).window(40, 10).layout(Strides::padded),
+      Case::padded(1, 170, 170, 2, 2, 64).with(DType::bf16).cap(1.f).scale(1.f),
+      Case::padded(2, 64, 77, 2, 2, 64).with(DType::f16).scale(0.5f),
+      Case::padded(1, 111, 222, 2, 1, 64).with(DType::bf16).scale(1.f).causal_mask(),
+      Case::padded(1, 111, 99, 2, 2, 40).with(DType::f32).scale(0.02f),
+      Case::padded(1, 100, 100, 2, 2, 64).with(DType::bf16).stddev(3.0).causal_mask(),
+  };
+}
+
+// hdim_v ≠ hdim_qk.
+std::vector<Case> value_dim_cases() {
+  return {
+      Case::padded(1, 123, 145, 2, 1, 192, 128).with(DType::bf16).causal_mask(),
+      Case::padded(2, 77, 66, 2, 2, 64, 32).with(DType::f16).layout(Strides::permuted),
+      Case::padded(1, 99, 131, 4, 2, 128, 64).with(DType::f32).window(16, 16),
+      Case::padded(1, 50, 70, 2, 1, 32, 64).with(DType::bf16).cap(4.f),
+      Case::padded(1, 60, 60, 2, 2, 40, 8).with(DType::f16).causal_mask().layout(Strides::padded),
+      Case::padded(1, 45, 80, 1, 1, 256, 128).with(DType::bf16),
+  };
+}
+
+// Variable-length batches: empty sequences (q, k or both), packed rows after the last sequence.
+std::vector<Case> varlen_cases() {
+  return {
+      Case::varlen({5, 0, 130, 77}, {9, 40, 0, 201}, 4, 2, 64).with(DType::bf16),
+      Case::varlen({5, 0, 130, 77}, {9, 40, 0, 201}, 4, 2, 64).with(DType::f16).causal_mask().layout(Strides::padded),
+      Case::varlen({0, 0, 0}, {3, 0, 5}, 2, 2, 64).with(DType::bf16),
+      Case::varlen({4, 9}, {0, 0}, 2, 1, 64).with(DType::f16),
+      Case::varlen({300, 1, 17}, {17, 300, 1}, 2, 1, 64).with(DType::bf16).causal_mask(),
+      Case::varlen({64, 128, 127}, {64, 128, 129}, 2, 2, 128).with(DType::f32).window(30, 0).layout(Strides::permuted),
+      Case::varlen({33, 20}, {50, 8}, 2, 1, 96).with(DType::bf16).extra(7).window(-1, 3),
+      Case::varlen({100, 61, 1}, {80, 99, 250}, 8, 1, 128).with(DType::f16).cap(10.f).causal_mask(),
+      Case::varlen({40, 0, 70}, {70, 12, 40}, 2, 2, 192, 128).with(DType::bf16).det().layout(Strides::padded),
+      Case::varlen({257}, {255}, 2, 1, 64).with(DType::bf16).no_lse(),
+  };
+}
+
+// Options that only touch the outputs' handling.
+std::vector<Case> misc_cases() {
+  return {
+      Case::padded(2, 70, 70, 2, 2, 64).with(DType::f16).no_lse(),
+      Case::padded(1, 200, 100, 2, 2, 64).with(DType::bf16).det().causal_mask(),
+      Case::padded(3, 31, 37, 3, 3, 8).with(DType::f32).layout(Strides::permuted),
+  };
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> all;
+  for (auto list : {head_dim_cases(), seqlen_cases(), gqa_cases(), mask_cases(), softcap_scale_cases(),
+                    value_dim_cases(), varlen_cases(), misc_cases()}) {
+    all.insert(all.end(), list.begin(), list.end());
+  }
+  std::set<std::string> names;
+  for (const Case& c : all) {
+    if (!names.insert(c.name()).second) throw std::logic_error("duplicate differential case " + c.name());
+  }
+  return all;
+}
+
+using Param = std::tuple<Backend, Case>;
+
+class Diff : public ::testing::TestWithParam<Param> {};
+
+TEST_P(Diff, Forward) {
+  const auto& [backend, c] = GetParam();
+  FA_REQUIRE_BACKEND(backend);
+  Rng rng;
+  Problem p = make_problem(c, rng);
+  FA_RUN_OR_SKIP(run_forward(backend, p));
+  expect_forward_matches(p);
+}
+
+TEST_P(Diff, Backward) {
+  const auto& [backend, case_] = GetParam();
+  FA_REQUIRE_BACKEND(backend);
+  Case c = case_;
+  c.with_lse = true;  // the backward needs the forward's lse
+  Rng rng;
+  Problem p = make_problem(c, rng);
+  FA_RUN_OR_SKIP(run_forward(backend, p));
+  FA_RUN_OR_SKIP(run_backward(backend, p));
+  expect_backward_matches(p);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Diff, ::testing::Combine(::testing::Values(Backend::cpu, Backend::cuda),
+                                                       ::testing::ValuesIn(all_cases())),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return std::string(to_string(std::get<0>(info.param))) + "_" +
+                                  std::get<1>(info.param).name();
+                         });
+
+}  // namespace
+}  // namespace fa_test

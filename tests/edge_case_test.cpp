@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "support/check.hpp"
 
@@ -232,6 +234,28 @@ TEST_P(Edge, NaNOutsideTheSequenceDoesNotLeak) {
   EXPECT_TRUE(all_finite("dq (sequence 0)", dq, q_rows, 2 * 64));
   EXPECT_TRUE(all_finite("dk (sequence 0)", dk, k_rows, 64));
   EXPECT_TRUE(all_finite("dv (sequence 0)", dv, k_rows, 64));
+}
+
+// deterministic = true: the backward is bitwise reproducible (dq accumulates across key blocks,
+// and dk, dv across the query heads of a GQA group: orderless atomics would differ run to run).
+TEST_P(Edge, DeterministicBackwardIsReproducible) {
+  FA_REQUIRE_BACKEND(GetParam());
+  for (const Case& c : {Case::padded(2, 300, 280, 8, 2, 64).det().causal_mask(),
+                        Case::varlen({200, 0, 333}, {150, 90, 400}, 6, 1, 128).det().with(DType::f16)}) {
+    Rng rng;
+    Problem p = make_problem(c, rng);
+    FA_RUN_OR_SKIP(run_forward(GetParam(), p));
+    FA_RUN_OR_SKIP(run_backward(GetParam(), p));
+    expect_backward_matches(p);
+    const HostTensor dq = p.dq, dk = p.dk, dv = p.dv;
+    for (int run = 0; run < 3; ++run) {
+      FA_RUN_OR_SKIP(run_backward(GetParam(), p));
+      for (auto [name, first, again] : {std::tuple{"dq", &dq, &p.dq}, {"dk", &dk, &p.dk}, {"dv", &dv, &p.dv}}) {
+        EXPECT_EQ(0, std::memcmp(first->storage(), again->storage(), first->storage_bytes()))
+            << name << " differs between two deterministic runs of " << c.name();
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Edge, ::testing::Values(Backend::cpu, Backend::cuda),

@@ -1,0 +1,155 @@
+// Host-only checks of the index logic in src/cuda/common (no GPU needed): the mask's key/query
+// ranges, block ranges and tile_needs_mask against brute force; the shared-memory swizzle (a
+// bijection inside each row, bank-conflict free for every access pattern the kernels use); the
+// forward's tile shapes (shared memory within the A100/H100 per-block limits, whole warps).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "cuda/common/mask.cuh"
+#include "cuda/common/scores.cuh"
+#include "cuda/common/smem_tile.cuh"
+#include "cuda/sm80/fwd_traits.cuh"
+
+namespace {
+
+using flashattn::cuda::Mask;
+
+bool brute_visible(const Mask& m, int i, int j) {
+  const int diag = m.seqlen_k - m.seqlen_q;
+  if (j < 0 || j >= m.seqlen_k) return false;
+  if (m.right >= 0 && j > i + diag + m.right) return false;
+  if (m.left >= 0 && j < i + diag - m.left) return false;
+  return true;
+}
+
+TEST(CudaMask, RangesMatchBruteForce) {
+  std::mt19937 rng(3);
+  for (int it = 0; it < 4000; ++it) {
+    Mask m;
+    m.seqlen_q = int(rng() % 70);
+    m.seqlen_k = int(rng() % 70);
+    m.left = rng() % 4 == 0 ? -1 : int(rng() % 40);
+    m.right = rng() % 3 == 0 ? -1 : (rng() % 3 == 0 ? 0 : int(rng() % 40));
+    const int bm = 16 << (rng() % 3), bn = 16 << (rng() % 3);
+    SCOPED_TRACE(testing::Message() << "seqlen_q " << m.seqlen_q << " seqlen_k " << m.seqlen_k << " left " << m.left
+                                    << " right " << m.right << " bm " << bm << " bn " << bn);
+    for (int i = 0; i < m.seqlen_q; ++i)
+      for (int j = -2; j < m.seqlen_k + 2; ++j) ASSERT_EQ(m.visible(i, j), brute_visible(m, i, j)) << i << ", " << j;
+    for (int j = 0; j < m.seqlen_k; ++j)
+      for (int i = 0; i < m.seqlen_q; ++i)
+        ASSERT_EQ(i >= m.query_begin(j) && i < m.query_end(j), brute_visible(m, i, j)) << "query range of key " << j;
+    // forward: every key block with a visible entry is visited; unmasked-looking tiles are all visible
+    for (int m0 = 0; m0 < m.seqlen_q; m0 += bm) {
+      const int nb = m.n_block_begin(m0, bn), ne = m.n_block_end(m0, bm, bn);
+      for (int n = 0; n * bn < m.seqlen_k; ++n) {
+        bool any = false, all = true;
+        for (int i = m0; i < std::min(m0 + bm, m.seqlen_q); ++i)
+          for (int j = n * bn; j < n * bn + bn; ++j) {
+            any |= brute_visible(m, i, j);
+            all &= brute_visible(m, i, j);
+          }
+        if (any) ASSERT_TRUE(n >= nb && n < ne) << "query tile " << m0 << " skips key block " << n;
+        if (!all) ASSERT_TRUE(m.tile_needs_mask(m0, bm, n * bn, bn)) << "tile (" << m0 << ", " << n << ")";
+      }
+    }
+    // backward: every query block with a visible entry is visited
+    for (int n0 = 0; n0 < m.seqlen_k; n0 += bn) {
+      const int mb = m.m_block_begin(n0, bm), me = m.m_block_end(n0, bn, bm);
+      for (int b = 0; b * bm < m.seqlen_q; ++b) {
+        bool any = false;
+        for (int i = b * bm; i < std::min(b * bm + bm, m.seqlen_q); ++i)
+          for (int j = n0; j < std::min(n0 + bn, m.seqlen_k); ++j) any |= brute_visible(m, i, j);
+        if (any) ASSERT_TRUE(b >= mb && b < me) << "key tile " << n0 << " skips query block " << b;
+      }
+    }
+  }
+}
+
+TEST(CudaMask, ClampWindowKeepsMeaning) {
+  EXPECT_EQ(flashattn::cuda::clamp_window(-1), -1);
+  EXPECT_EQ(flashattn::cuda::clamp_window(0), 0);
+  EXPECT_EQ(flashattn::cuda::clamp_window(int64_t{1} << 40), int(flashattn::cuda::kWindowUnbounded));
+  Mask m{1000, 3000, flashattn::cuda::clamp_window(int64_t{1} << 40), 0};
+  for (int i = 0; i < 1000; i += 37) EXPECT_EQ(m.key_begin(i), 0);
+}
+
+// Bank group (16-byte slot of a 128-byte line) of every address of one 8-address phase.
+template <class Tile>
+void expect_conflict_free(const char* what, int row0, int chunk, bool rows_vary) {
+  std::set<int> groups;
+  for (int r = 0; r < 8; ++r) {
+    const int row = rows_vary ? row0 + r : row0, c = rows_vary ? chunk : chunk + r;
+    groups.insert(int(Tile::chunk_offset(row, c) / flashattn::cuda::kChunkBytes) % 8);
+  }
+  EXPECT_EQ(groups.size(), 8u) << what << " row0 " << row0 << " chunk " << chunk;
+}
+
+template <int kRows, int kCols>
+void check_swizzle() {
+  using Tile = flashattn::cuda::SmemTile<kRows, kCols>;
+  SCOPED_TRACE(testing::Message() << "tile " << kRows << " x " << kCols);
+  std::set<uint32_t> seen;
+  for (int r = 0; r < kRows; ++r) {
+    for (int c = 0; c < Tile::kChunksPerRow; ++c) {
+      const uint32_t off = Tile::chunk_offset(r, c);
+      EXPECT_EQ(off / (Tile::kChunksPerRow * 16), uint32_t(r)) << "the swizzle leaves the row";
+      seen.insert(off);
+    }
+  }
+  EXPECT_EQ(seen.size(), size_t(kRows * Tile::kChunksPerRow)) << "not a bijection";
+  for (int r0 = 0; r0 + 8 <= kRows; r0 += 8)
+    for (int c = 0; c < Tile::kChunksPerRow; ++c) expect_conflict_free<Tile>("ldmatrix (8 rows, one chunk)", r0, c, true);
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c + 8 <= Tile::kChunksPerRow; c += 8) expect_conflict_free<Tile>("row store (8 chunks)", r, c, false);
+}
+
+TEST(CudaSmemTile, SwizzleBijectiveAndConflictFree) {
+  check_swizzle<64, 64>();
+  check_swizzle<64, 96>();
+  check_swizzle<128, 128>();
+  check_swizzle<64, 192>();
+  check_swizzle<64, 256>();
+  check_swizzle<16, 32>();
+}
+
+template <int D>
+void check_traits() {
+  using flashattn::cuda::sm80::FwdTraits;
+  using flashattn::ptx::BF16;
+  for (bool masked : {false, true}) {
+    const auto shape = flashattn::cuda::sm80::fwd_tile_shape(D, flashattn::DType::bf16, masked);
+    EXPECT_EQ(shape.block_m % (16 * shape.warps), 0) << "D " << D;
+    EXPECT_EQ(shape.block_n % 16, 0) << "D " << D;
+  }
+  EXPECT_LE((FwdTraits<BF16, D, false>::kSmemBytes), 163u * 1024) << "D " << D << ": over A100's per-block limit";
+  EXPECT_LE((FwdTraits<BF16, D, true>::kSmemBytes), 163u * 1024) << "D " << D;
+}
+
+TEST(CudaFwdTraits, ShapesFitEveryArch) {
+  check_traits<64>();
+  check_traits<96>();
+  check_traits<128>();
+  check_traits<192>();
+  check_traits<256>();
+}
+
+TEST(CudaScores, TransformModes) {
+  using flashattn::cuda::ScoreMode;
+  auto plain = flashattn::cuda::make_score_transform(0.125f, 0.f);
+  EXPECT_EQ(plain.mode, ScoreMode::plain);
+  EXPECT_FLOAT_EQ(plain.exp_mult, 0.125f * flashattn::cuda::kLog2e);
+  auto neg = flashattn::cuda::make_score_transform(-0.5f, 0.f);
+  EXPECT_EQ(neg.mode, ScoreMode::prescale);
+  EXPECT_EQ(neg.exp_mult, 1.f);
+  auto zero = flashattn::cuda::make_score_transform(0.f, 0.f);
+  EXPECT_EQ(zero.mode, ScoreMode::prescale);
+  auto cap = flashattn::cuda::make_score_transform(0.125f, 30.f);
+  EXPECT_EQ(cap.mode, ScoreMode::softcap);
+  EXPECT_FLOAT_EQ(cap.in_mult, 0.125f / 30.f);
+  EXPECT_FLOAT_EQ(cap.out_mult, 30.f * flashattn::cuda::kLog2e);
+}
+
+}  // namespace

@@ -1,0 +1,201 @@
+// The sm80 forward end to end through the public API on small problems, against a float64 host
+// loop (the randomized suite in tests/ covers the space; these are the compute-sanitizer subset and
+// a quick pinpoint): masks, GQA, varlen with empty sequences, soft cap, seqlen_k = 0, and what the
+// check refuses (f32, misaligned strides).
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "flashattn/flashattn.hpp"
+#include "test_util.cuh"
+
+namespace {
+
+using flashattn::DType;
+using flashattn::Device;
+using flashattn::TensorView;
+using Tag = flashattn::ptx::BF16;
+
+struct Problem {
+  int batch = 2, sq = 70, sk = 90, h = 4, hk = 2, d = 64, dv = 64;
+  bool causal = false;
+  int64_t left = -1, right = -1;
+  float softcap = 0.f;
+  std::vector<int> lens_q, lens_k;  // varlen when set (batch entries)
+};
+
+// Float64 attention of one (sequence, head); rows with no visible key: out 0, lse +inf.
+void reference(const Problem& p, const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+               int q_row0, int k_row0, int sq, int sk, int h, std::vector<double>* out, std::vector<double>* lse) {
+  const int hk = h / (p.h / p.hk);
+  const double scale = 1.0 / std::sqrt(double(p.d));
+  out->assign(size_t(sq) * p.dv, 0.0);
+  lse->assign(sq, INFINITY);
+  for (int i = 0; i < sq; ++i) {
+    std::vector<double> s(sk, -INFINITY);
+    double mx = -INFINITY;
+    for (int j = 0; j < sk; ++j) {
+      const int64_t diag = sk - sq;
+      const int64_t right = p.causal ? 0 : p.right;
+      if (right >= 0 && j > i + diag + right) continue;
+      if (p.left >= 0 && j < i + diag - p.left) continue;
+      double x = 0;
+      for (int c = 0; c < p.d; ++c)
+        x += double(q[(size_t(q_row0 + i) * p.h + h) * p.d + c]) * k[(size_t(k_row0 + j) * p.hk + hk) * p.d + c];
+      x *= scale;
+      if (p.softcap > 0) x = p.softcap * std::tanh(x / p.softcap);
+      s[j] = x;
+      mx = std::max(mx, x);
+    }
+    if (std::isinf(mx)) continue;
+    double sum = 0;
+    for (int j = 0; j < sk; ++j) sum += std::exp(s[j] - mx);
+    (*lse)[i] = mx + std::log(sum);
+    for (int j = 0; j < sk; ++j) {
+      const double w = std::exp(s[j] - mx) / sum;
+      for (int c = 0; c < p.dv; ++c) (*out)[size_t(i) * p.dv + c] += w * v[(size_t(k_row0 + j) * p.hk + hk) * p.dv + c];
+    }
+  }
+}
+
+TensorView view(void* data, DType dt, std::initializer_list<int64_t> shape) {
+  return TensorView::contiguous(data, dt, Device::cuda, shape);
+}
+
+void run_and_check(const Problem& p) {
+  FA_REQUIRE_DEVICE();
+  const bool varlen = !p.lens_q.empty();
+  std::vector<int> cu_q{0}, cu_k{0};
+  for (int b = 0; b < p.batch; ++b) {
+    cu_q.push_back(cu_q.back() + (varlen ? p.lens_q[b] : p.sq));
+    cu_k.push_back(cu_k.back() + (varlen ? p.lens_k[b] : p.sk));
+  }
+  const int tq = cu_q.back(), tk = cu_k.back();
+  std::mt19937 rng(5);
+  std::vector<uint16_t> qb, kb, vb;
+  std::vector<float> qv, kv, vv;
+  fa_test::random_matrix<Tag>(rng, size_t(tq) * p.h * p.d, &qb, &qv);
+  fa_test::random_matrix<Tag>(rng, size_t(tk) * p.hk * p.d, &kb, &kv);
+  fa_test::random_matrix<Tag>(rng, size_t(tk) * p.hk * p.dv, &vb, &vv);
+  fa_test::DeviceBuffer<uint16_t> dq(qb), dk(kb), dv(vb);
+  fa_test::DeviceBuffer<uint16_t> dout(std::vector<uint16_t>(size_t(tq) * p.h * p.dv, 0x7fc1));  // NaN poison
+  fa_test::DeviceBuffer<float> dlse(std::vector<float>(size_t(tq) * p.h, NAN));
+  fa_test::DeviceBuffer<int> dcq(cu_q), dck(cu_k);
+
+  flashattn::ForwardArgs a;
+  if (varlen) {
+    a.q = view(dq.ptr, DType::bf16, {tq, p.h, p.d});
+    a.k = view(dk.ptr, DType::bf16, {tk, p.hk, p.d});
+    a.v = view(dv.ptr, DType::bf16, {tk, p.hk, p.dv});
+    a.out = view(dout.ptr, DType::bf16, {tq, p.h, p.dv});
+    a.lse = view(dlse.ptr, DType::f32, {p.h, tq});
+    a.cu_seqlens_q = view(dcq.ptr, DType::i32, {p.batch + 1});
+    a.cu_seqlens_k = view(dck.ptr, DType::i32, {p.batch + 1});
+    a.max_seqlen_q = p.sq;
+    a.max_seqlen_k = p.sk;
+  } else {
+    a.q = view(dq.ptr, DType::bf16, {p.batch, p.sq, p.h, p.d});
+    a.k = view(dk.ptr, DType::bf16, {p.batch, p.sk, p.hk, p.d});
+    a.v = view(dv.ptr, DType::bf16, {p.batch, p.sk, p.hk, p.dv});
+    a.out = view(dout.ptr, DType::bf16, {p.batch, p.sq, p.h, p.dv});
+    a.lse = view(dlse.ptr, DType::f32, {p.batch, p.h, p.sq});
+  }
+  a.causal = p.causal;
+  a.window_left = p.left;
+  a.window_right = p.right;
+  a.softcap = p.softcap;
+  ASSERT_EQ(flashattn::forward_path(a), "sm80");
+  const flashattn::Status st = flashattn::forward(a);
+  ASSERT_TRUE(st.ok()) << st.message;
+  FA_CUDA_OK(cudaDeviceSynchronize());
+  const auto out = dout.download();
+  const auto lse = dlse.download();
+  for (int b = 0; b < p.batch; ++b) {
+    const int sq = cu_q[b + 1] - cu_q[b], sk = cu_k[b + 1] - cu_k[b];
+    for (int h = 0; h < p.h; ++h) {
+      std::vector<double> ro, rl;
+      reference(p, qv, kv, vv, cu_q[b], cu_k[b], sq, sk, h, &ro, &rl);
+      for (int i = 0; i < sq; ++i) {
+        const size_t row = size_t(cu_q[b]) + i;
+        const float got_lse = varlen ? lse[size_t(h) * tq + row] : lse[(size_t(b) * p.h + h) * p.sq + i];
+        if (std::isinf(rl[i])) {
+          ASSERT_TRUE(std::isinf(got_lse) && got_lse > 0) << "b " << b << " h " << h << " row " << i << ": lse " << got_lse;
+        } else {
+          ASSERT_NEAR(got_lse, rl[i], 2e-3 * (1 + std::fabs(rl[i]))) << "lse b " << b << " h " << h << " row " << i;
+        }
+        for (int c = 0; c < p.dv; ++c) {
+          const float got = fa_test::from_bits<Tag>(out[(row * p.h + h) * p.dv + c]);
+          ASSERT_NEAR(got, ro[size_t(i) * p.dv + c], 2e-2) << "out b " << b << " h " << h << " row " << i << " col " << c;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaFwdSmall, Plain) { run_and_check(Problem{}); }
+TEST(CudaFwdSmall, CausalBottomRight) {
+  Problem p;
+  p.causal = true;
+  p.sq = 90;
+  p.sk = 50;  // rows 0..39 fully masked
+  run_and_check(p);
+}
+TEST(CudaFwdSmall, LocalWindowHdim128) {
+  Problem p;
+  p.left = 7;
+  p.right = 3;
+  p.d = p.dv = 128;
+  p.hk = 1;
+  run_and_check(p);
+}
+TEST(CudaFwdSmall, SoftcapHdimVBelowQk) {
+  Problem p;
+  p.softcap = 5.f;
+  p.d = 192;
+  p.dv = 128;
+  run_and_check(p);
+}
+TEST(CudaFwdSmall, VarlenWithEmptySequences) {
+  Problem p;
+  p.batch = 4;
+  p.lens_q = {70, 0, 33, 5};
+  p.lens_k = {90, 12, 0, 130};
+  p.sq = 70;
+  p.sk = 130;
+  p.causal = true;
+  run_and_check(p);
+}
+TEST(CudaFwdSmall, NoKeys) {
+  Problem p;
+  p.sk = 0;
+  run_and_check(p);
+}
+
+TEST(CudaFwdSmall, RefusesF32AndMisalignedStrides) {
+  FA_REQUIRE_DEVICE();
+  fa_test::DeviceBuffer<float> buf(1 << 16);
+  flashattn::ForwardArgs a;
+  a.q = view(buf.ptr, DType::f32, {1, 16, 2, 64});
+  a.k = a.q;
+  a.v = a.q;
+  a.out = a.q;
+  flashattn::Status st = flashattn::supports(a);
+  EXPECT_EQ(st.code, flashattn::StatusCode::not_supported) << st.message;
+  EXPECT_NE(st.message.find("f32"), std::string::npos) << st.message;
+
+  fa_test::DeviceBuffer<uint16_t> h(1 << 16);
+  a.q = view(h.ptr, DType::bf16, {1, 16, 2, 64});
+  a.q.stride[1] = 2 * 64 + 4;  // row stride not a multiple of 8 elements
+  a.k = view(h.ptr, DType::bf16, {1, 16, 2, 64});
+  a.v = a.k;
+  a.out = a.k;
+  st = flashattn::supports(a);
+  EXPECT_EQ(st.code, flashattn::StatusCode::not_supported) << st.message;
+  EXPECT_NE(st.message.find("stride"), std::string::npos) << st.message;
+  a.q = view(h.ptr + 1, DType::bf16, {1, 16, 2, 64});  // 2-byte aligned base
+  st = flashattn::supports(a);
+  EXPECT_EQ(st.code, flashattn::StatusCode::not_supported) << st.message;
+  EXPECT_NE(st.message.find("aligned"), std::string::npos) << st.message;
+}
+
+}  // namespace

@@ -117,6 +117,12 @@ def test_errors_are_flashattn_errors_with_codes():
     with pytest.raises(FlashAttnError) as info:
         flash_attn_func(q, k, v)
     assert isinstance(info.value, ValueError) and info.value.code == 1  # StatusCode::invalid_argument
+    with pytest.raises(InvalidArgumentError) as info:  # raised by the Python layer: the same code
+        flash_attn_func(q.double(), k, v)
+    assert info.value.code == 1
+    with pytest.raises(NotSupportedError) as info:
+        flash_attn_func(*qkv(d=264))
+    assert info.value.code == 2  # StatusCode::not_supported
 
 
 @needs_cuda

@@ -68,3 +68,17 @@ def test_varlen_equals_padded_batch(device):
     out_pt, _ = reference.attention(q, k, v, causal=True, upcast=False)
     reference.assert_by_rule("out", out.view(b, s, h, d), out_ref, out_pt, dtype)
     reference.assert_by_rule("out_padded", out_padded, out_ref, out_pt, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_strided_offsets(device):
+    """cu_seqlens views that are not contiguous (read by the library as plain arrays) are copied."""
+    dtype = DEFAULT_DTYPE[device]
+    lens = [3, 11, 6]
+    cu = cu_seqlens(lens, device)
+    cu_strided = torch.stack((cu, torch.full_like(cu, -7)), dim=1)[:, 0]
+    assert not cu_strided.is_contiguous()
+    q, k, v = (torch.randn(sum(lens), 2, 64, device=device, dtype=dtype) for _ in range(3))
+    out = flash_attn_varlen_func(q, k, v, cu_strided, cu_strided, max(lens), max(lens), causal=True)
+    torch.testing.assert_close(out, flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True),
+                               atol=0, rtol=0)

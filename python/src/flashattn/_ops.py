@@ -23,21 +23,29 @@ __all__ = ["FlashAttnError", "InvalidArgumentError", "NotSupportedError", "CudaE
 class FlashAttnError(RuntimeError):
     """A call the library refused or failed; `code` is the C++ StatusCode, the message its Status."""
 
-    def __init__(self, message: str, code: int = _C.STATUS_INTERNAL):
+    default_code = _C.STATUS_INTERNAL
+
+    def __init__(self, message: str, code: Optional[int] = None):
         super().__init__(message)
-        self.code = code
+        self.code = self.default_code if code is None else code
 
 
 class InvalidArgumentError(FlashAttnError, ValueError):
     """A malformed call: a shape, stride, dtype, device or option is wrong (StatusCode invalid_argument)."""
 
+    default_code = _C.STATUS_INVALID_ARGUMENT
+
 
 class NotSupportedError(FlashAttnError, NotImplementedError):
     """A well-formed call that no backend here implements, e.g. fp32 on CUDA (StatusCode not_supported)."""
 
+    default_code = _C.STATUS_NOT_SUPPORTED
+
 
 class CudaError(FlashAttnError):
     """The CUDA runtime reported an error (StatusCode cuda_error)."""
+
+    default_code = _C.STATUS_CUDA_ERROR
 
 
 _ERRORS = {
@@ -87,6 +95,11 @@ def _usable(t: Optional[Tensor]) -> Optional[Tensor]:
     return t
 
 
+def _usable_offsets(t: Optional[Tensor]) -> Optional[Tensor]:
+    """cu_seqlens are read as plain int32 arrays: contiguous."""
+    return None if t is None else t.contiguous()
+
+
 def _view(name: str, t: Optional[Tensor]):
     """A tensor as the binding takes it: (data_ptr, dtype code, device code, shape, strides)."""
     if t is None:
@@ -95,11 +108,10 @@ def _view(name: str, t: Optional[Tensor]):
     if dtype is None:
         raise InvalidArgumentError(
             f"flashattn: {name}: dtype {t.dtype} is not supported (float16 or bfloat16 on CUDA; float32, "
-            f"float16 or bfloat16 on the CPU; int32 for cu_seqlens)", _C.STATUS_INVALID_ARGUMENT)
+            f"float16 or bfloat16 on the CPU; int32 for cu_seqlens)")
     device = _DEVICES.get(t.device.type)
     if device is None:
-        raise InvalidArgumentError(f"flashattn: {name}: device {t.device} is not supported (cpu or cuda)",
-                                   _C.STATUS_INVALID_ARGUMENT)
+        raise InvalidArgumentError(f"flashattn: {name}: device {t.device} is not supported (cpu or cuda)")
     return (t.data_ptr(), dtype, device, tuple(t.shape), t.stride())
 
 
@@ -112,12 +124,12 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != rank:
             raise InvalidArgumentError(f"flashattn: {name}: rank {t.dim()} (shape {list(t.shape)}), expected "
-                                       f"{rank}: {layout}", _C.STATUS_INVALID_ARGUMENT)
+                                       f"{rank}: {layout}")
     tensors = dict(k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, **more)
     for name, t in tensors.items():
         if t is not None and t.device != q.device:
             raise InvalidArgumentError(f"flashattn: {name}: on {t.device}, expected {q.device} (as q)",
-                                       _C.STATUS_INVALID_ARGUMENT)
+                                       )
     return varlen
 
 
@@ -168,7 +180,9 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seql
         window_right: int, softcap: float, deterministic: bool) -> Tuple[Tensor, Tensor]:
     """Attention forward: returns (out, lse). `deterministic` is only carried to the backward."""
     varlen = _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    # The copies _usable may make must stay referenced until the call returns: they are passed by pointer.
     q, k, v = _usable(q), _usable(k), _usable(v)
+    cu_seqlens_q, cu_seqlens_k = _usable_offsets(cu_seqlens_q), _usable_offsets(cu_seqlens_k)
     out_shape, lse_shape = _out_shapes(q, v, varlen)
     out = _empty(out_shape, q.dtype, q.device)
     lse = _empty(lse_shape, torch.float32, q.device)
@@ -199,6 +213,7 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
     """Attention backward from the forward's out and lse: returns (dq, dk, dv)."""
     _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, out=out, lse=lse, dout=dout)
     q, k, v, out, dout = (_usable(t) for t in (q, k, v, out, dout))
+    cu_seqlens_q, cu_seqlens_k = _usable_offsets(cu_seqlens_q), _usable_offsets(cu_seqlens_k)
     if lse.stride(-1) != 1 and lse.shape[-1] > 1:
         lse = lse.contiguous()
     dq = _empty(q.shape, q.dtype, q.device)

@@ -53,7 +53,10 @@ std::vector<Case> seqlen_cases() {
     if (work <= 1100000) v.push_back(c.layout(kLayouts[i % 3]));
     ++i;
   }
+  // longer sequences, compared on sampled rows
   v.push_back(Case::padded(1, 2000, 1500, 1, 1, 64).with(DType::bf16).causal_mask().sample(48, 48));
+  v.push_back(Case::padded(1, 3001, 2999, 2, 2, 128).with(DType::bf16).sample(48, 48));
+  v.push_back(Case::padded(1, 4099, 4097, 2, 1, 64).with(DType::f16).window(700, 50).sample(64, 64));
   return v;
 }
 

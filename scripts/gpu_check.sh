@@ -5,8 +5,8 @@
 #   scripts/gpu_check.sh OUT_DIR            (all steps)
 #   STEPS=build,test,sanitize,bench,cli scripts/gpu_check.sh OUT_DIR
 # Environment: BUILD_DIR (default build-gpu; reused when it exists), CUDA_ARCHS (default: the
-# visible GPU's, e.g. 90a on Hopper), JOBS, TEST_FILTER (ctest -R regex for the GPU tests),
-# SANITIZE_FILTER (gtest filter of the sanitizer subset), BENCH_ARGS (extra bench_gpu.py flags).
+# visible GPU's, e.g. 90a on Hopper), JOBS, TEST_FILTER (ctest -R regex; default all: CPU cases take seconds on 16 cores),
+# SANITIZE_FILTER (gtest filter of the sanitizer subset of diff_test), BENCH_ARGS (extra bench_gpu.py flags).
 set -uo pipefail
 OUT=${1:?usage: gpu_check.sh OUT_DIR}
 mkdir -p "$OUT"
@@ -14,8 +14,8 @@ cd "$(dirname "$0")/.."
 STEPS=${STEPS:-build,test,sanitize,bench,cli}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 JOBS=${JOBS:-$(nproc)}
-TEST_FILTER=${TEST_FILTER:-Cuda}
-SANITIZE_FILTER=${SANITIZE_FILTER:-*Cuda*Small*}
+TEST_FILTER=${TEST_FILTER:-.}
+SANITIZE_FILTER=${SANITIZE_FILTER:-All/Diff.*/cuda_b2_q129_k127_h4x2_d128_f16*:All/Diff.*/cuda_varlen_q5_0_130_77_k9_40_0_201_h4x2_d64_bf16:All/Diff.*/cuda_b1_q200_k100_h2x2_d64_bf16_causal_det:All/Diff.*/cuda_b2_q272_k203_h4x2_d192_bf16_causal:All/Diff.*/cuda_b2_q133_k150_h2x2_d64_bf16_cap30}
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 export FLASHATTN_COMMIT=${FLASHATTN_COMMIT:-$COMMIT}
 report="$OUT/report.json"
@@ -50,7 +50,7 @@ fi
 if has sanitize; then
   for tool in memcheck racecheck; do
     log "compute-sanitizer $tool on '$SANITIZE_FILTER'"
-    for bin in "$BUILD_DIR"/tests/flashattn_tests "$BUILD_DIR"/tests/cuda/flashattn_cuda_tests; do
+    for bin in "$BUILD_DIR"/tests/diff_test; do
       [ -x "$bin" ] || continue
       compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --gtest_filter="$SANITIZE_FILTER" \
         >>"$OUT/sanitize_$tool.log" 2>&1

@@ -11,7 +11,7 @@ set -uo pipefail
 OUT=${1:?usage: gpu_check.sh OUT_DIR}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-STEPS=${STEPS:-build,test,sanitize,bench,cli}
+STEPS=${STEPS:-build,test,sanitize,cli,python,bench}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 JOBS=${JOBS:-$(nproc)}
 TEST_FILTER=${TEST_FILTER:-.}
@@ -69,6 +69,16 @@ if has cli && [ -x "$BUILD_DIR/tools/flashattn/flashattn" ]; then
   } >"$OUT/cli.log" 2>&1
   status[cli]=$?
   tail -c 3000 "$OUT/cli.log"
+fi
+
+if has python; then
+  log "Python package: build with CUDA, GPU tests"
+  { CMAKE_BUILD_PARALLEL_LEVEL=$JOBS python3 -m pip install -q --no-build-isolation --no-deps ./python \
+      -C cmake.define.FLASHATTN_CUDA=ON -C cmake.define.FLASHATTN_CUDA_ARCHS="$CUDA_ARCHS" &&
+    python3 -m pytest python/tests -q -rs -x -p no:cacheprovider &&
+    python3 python/examples/train_step.py --device cuda --dtype bfloat16 --compile; } >"$OUT/python.log" 2>&1
+  status[python]=$?
+  tail -15 "$OUT/python.log"
 fi
 
 if has bench; then

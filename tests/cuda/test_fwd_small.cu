@@ -104,7 +104,11 @@ void run_and_check(const Problem& p) {
   a.window_left = p.left;
   a.window_right = p.right;
   a.softcap = p.softcap;
-  ASSERT_EQ(flashattn::forward_path(a), "sm80");
+  const flashattn::Status sup = flashattn::supports(a);
+  if (sup.code == flashattn::StatusCode::not_supported && sup.message.find("FLASHATTN_HEADDIMS") != std::string::npos) {
+    GTEST_SKIP() << sup.message;  // this build did not compile the head dim
+  }
+  ASSERT_EQ(flashattn::forward_path(a), "sm80") << sup.message;
   const flashattn::Status st = flashattn::forward(a);
   ASSERT_TRUE(st.ok()) << st.message;
   FA_CUDA_OK(cudaDeviceSynchronize());

@@ -98,7 +98,11 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const __grid_cons
   const uint32_t s_v = ptx::smem_addr(smem) + Traits::kVOffset;
   const LdsmAddr<QTile> q_frag = ldsm_a_addr<QTile>(s_q, warp_row0, lane);
   const LdsmAddr<KVTile> k_frag = ldsm_b_addr<KVTile>(s_k, 0, lane);
-  const LdsmAddr<KVTile> v_frag = ldsm_bt_addr<KVTile>(s_v, 0, lane);
+  // V's ldmatrix.trans lane pattern is Q's (row lane % 16, chunk lane / 16) on a tile as wide, and
+  // warp_row0 is a multiple of 8 (same swizzle): V's addresses are Q's plus a warp-uniform offset,
+  // which saves the registers of a third address set.
+  static_assert(QTile::kChunksPerRow == KVTile::kChunksPerRow && Traits::kRowsPerWarp % 8 == 0);
+  const uint32_t v_from_q = s_v - (s_q + warp_row0 * QTile::kChunksPerRow * kChunkBytes);
 
   // Issues the cp.async copies of key block n (K or V) into a stage buffer.
   auto load_k = [&](int n, int stage) {
@@ -182,7 +186,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const __grid_cons
       // O += P·V_n, P straight from registers.
       uint32_t pa[kMTiles][Traits::kPVSteps][4];
       accumulator_to_a_fragments<Tag>(pa, s);
-      gemm_rs<Tag, KVTile, kMTiles, kDTiles, Traits::kPVSteps>(acc, pa, v_frag, stage * KVTile::kBytes);
+      gemm_rs<Tag, QTile, kMTiles, kDTiles, Traits::kPVSteps>(acc, pa, q_frag, v_from_q + stage * KVTile::kBytes);
       if constexpr (kStages == 2) stage ^= 1;
     }
   }

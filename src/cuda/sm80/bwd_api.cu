@@ -176,12 +176,8 @@ BwdKernelParams kernel_params(const BwdParams& p, int head_dim, const WorkspaceL
   k.window_left = clamp_window(p.mask.window_left);
   k.window_right = clamp_window(p.mask.window_right);
   k.scale = p.softmax_scale;
-  k.scale_log2 = p.softmax_scale * kLog2e;
-  if (p.softcap > 0.f) {
-    k.softcap_scale = p.softmax_scale / p.softcap;
-    k.cap_log2 = p.softcap * kLog2e;
-    k.inv_cap_log2 = 1.f / k.cap_log2;
-  }
+  k.scores = make_score_transform(p.softmax_scale, p.softcap);
+  if (k.scores.mode == ScoreMode::softcap) k.inv_cap_log2 = 1.f / k.scores.out_mult;
   k.deterministic = p.deterministic;
   char* ws = static_cast<char*>(p.workspace);
   k.dq_accum = reinterpret_cast<float*>(ws + w.dq_accum);

@@ -17,11 +17,15 @@
 // the top barrier and land during this block's math. Single-buffered (stages = 1): dO, LSE, D
 // reload after dV (one more barrier), Q after dK (one more).
 //
-// Deterministic mode: the dQ additions of the key blocks into one query tile happen in key-block
-// order. counters[hq][query tile] counts the key blocks done; key block n waits (thread 0 spins,
-// then the block barrier) until it equals n − first key block that visits the tile, adds, and
-// bumps it with a release after the next barrier. Lower key blocks have lower block indices and
-// so start first: every wait is on a block that is running or done, never a deadlock.
+// Deterministic mode: the dQ additions of the key blocks into one query tile happen in a fixed
+// key-block order. counters[hq][query tile] counts the key blocks done; a key block waits (thread
+// 0 spins, then the block barrier) until the counter equals its position in that order, adds, and
+// bumps it with a release after the next barrier. The order is ascending key blocks, except for
+// masks with a right edge (causal, local), where it is descending and the grid starts from the
+// last key block: a key block's first query tiles (on the diagonal) are then visited by no higher
+// block, so blocks start without waiting, where ascending order would park every block on its
+// first tile until key block 0 had walked down to it. Either way the blocks a block waits on have
+// lower block indices, so they started first: every wait is on a block that is running or done.
 #pragma once
 
 #include <cstdint>
@@ -90,6 +94,14 @@ struct BwdStep {
   int hq, m0;
 };
 
+// The highest key block that visits the query tile at m0 under a right-bounded mask, consistent
+// with Mask::m_block_begin (key block n visits it only if n·bn ≤ m0 + bm − 1 + diag + right) and
+// m_block_end (monotone in n, so if key block n visits the tile, every key block up to this one
+// does). Only called for tiles some key block visits, so the division sees a non-negative value.
+__device__ __forceinline__ int last_key_block_visiting(const Mask& mask, int m0, int bm, int bn) {
+  return imin(ceil_div(mask.seqlen_k, bn) - 1, (m0 + bm - 1 + mask.diag() + mask.right) / bn);
+}
+
 template <class Elem, int kHeadDim, bool kBigSmem, bool kSoftcap>
 __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_constant__ BwdKernelParams p) {
   using Sh = BwdShape<kHeadDim, kBigSmem>;
@@ -101,10 +113,12 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
-  // blockIdx.x = n_block + num_n_blocks · (kv head + heads_kv · b): key blocks fastest, so the
-  // blocks reading one head's Q and dO run together, and lower key blocks start first.
+  // blockIdx.x = n + num_n_blocks · (kv head + heads_kv · b): key blocks fastest, so the blocks
+  // reading one head's Q and dO run together. Key block n_block = n, lowest first (the longest
+  // causal ones first); deterministic with a right-bounded mask: n_block = last − n (see the top).
+  const bool descending = p.deterministic && p.window_right >= 0;
   int bid = blockIdx.x;
-  const int n_block = bid % p.num_n_blocks;
+  const int n_block = descending ? p.num_n_blocks - 1 - bid % p.num_n_blocks : bid % p.num_n_blocks;
   bid /= p.num_n_blocks;
   const int h_kv = bid % p.heads_kv;
   const int b = bid / p.heads_kv;
@@ -138,16 +152,16 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   const auto load_q = [&](BwdStep s, int stage) {
     const uint16_t* src = static_cast<const uint16_t*>(p.q) +
                           gmem_offset(b, seq.q_offset + s.m0, s.hq, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-    TileIO<TileQ, kBwdThreads>::load_async(s_base + Sh::kOffQ + stage * TileQ::kBytes, src, p.q_row_stride,
-                                           seq.seqlen_q - s.m0, p.hdim_qk, p.q, tid);
+    TileIO<TileQ, kBwdThreads>::load_async_or_zero(s_base + Sh::kOffQ + stage * TileQ::kBytes, src, p.q_row_stride,
+                                                   seq.seqlen_q - s.m0, p.hdim_qk, tid);
   };
   // dO tile, LSE·log2e and D rows of step s into stage `stage`.
   const auto load_do = [&](BwdStep s, int stage) {
     const uint16_t* src = static_cast<const uint16_t*>(p.dout) + gmem_offset(b, seq.q_offset + s.m0, s.hq,
                                                                              p.do_batch_stride, p.do_row_stride,
                                                                              p.do_head_stride);
-    TileIO<TileQ, kBwdThreads>::load_async(s_base + Sh::kOffDo + stage * TileQ::kBytes, src, p.do_row_stride,
-                                           seq.seqlen_q - s.m0, p.hdim_v, p.dout, tid);
+    TileIO<TileQ, kBwdThreads>::load_async_or_zero(s_base + Sh::kOffDo + stage * TileQ::kBytes, src,
+                                                   p.do_row_stride, seq.seqlen_q - s.m0, p.hdim_v, tid);
     const int64_t row = s.hq * p.ws_rows + ws_row0 + s.m0;
     constexpr int kChunks = kBM / 4;  // 16-byte chunks of one fp32 row vector
     if (tid < kChunks) {
@@ -163,10 +177,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
                             gmem_offset(b, seq.k_offset + n0, h_kv, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
     const uint16_t* v_src = static_cast<const uint16_t*>(p.v) +
                             gmem_offset(b, seq.k_offset + n0, h_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
-    TileIO<TileK, kBwdThreads>::load_async(s_k, k_src, p.k_row_stride, seq.seqlen_k - n0, p.hdim_qk, p.k,
-                                           tid);
-    TileIO<TileK, kBwdThreads>::load_async(s_v, v_src, p.v_row_stride, seq.seqlen_k - n0, p.hdim_v, p.v,
-                                           tid);
+    TileIO<TileK, kBwdThreads>::load_async_or_zero(s_k, k_src, p.k_row_stride, seq.seqlen_k - n0, p.hdim_qk, tid);
+    TileIO<TileK, kBwdThreads>::load_async_or_zero(s_v, v_src, p.v_row_stride, seq.seqlen_k - n0, p.hdim_v, tid);
     load_q(step_of(0), 0);
     load_do(step_of(0), 0);
     ptx::cp_async_commit();
@@ -182,7 +194,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
 
       ptx::cp_async_wait<0>();
       __syncthreads();  // this step's tiles landed; last step's readers of every buffer are done
-      const int lane = opaque(threadIdx.x % 32);  // shadows the outer one: see opaque()
+      const int lane = Sh::kTile.remat_lane ? opaque(threadIdx.x % 32) : threadIdx.x % 32;  // see opaque()
       const int g = lane / 4, t = lane % 4;
       if (p.deterministic && it > 0 && tid == 0) ptx::red_release_add_s32(counter_of(step_of(it - 1)), 1);
       if (kStages == 2 && it + 1 < steps) {
@@ -196,29 +208,23 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
       float acc_s[Sh::kMtS][Sh::kNtS][4] = {};
       gemm_ss<Elem, TileQ, TileK, Sh::kMtS, Sh::kNtS, kD / 16>(acc_s, ldsm_a_addr<TileQ>(s_q, s_row0, lane),
                                                                ldsm_b_addr<TileK>(s_k, s_col0, lane), 0);
-      // Log2-domain scores; with softcap, acc_s keeps them (P and tanh are recomputed for dS).
-#pragma unroll
-      for (int mi = 0; mi < Sh::kMtS; ++mi) {
-#pragma unroll
-        for (int ni = 0; ni < Sh::kNtS; ++ni) {
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            float& x = acc_s[mi][ni][c];
-            x = kSoftcap ? tanh_accurate(x * p.softcap_scale) * p.cap_log2 : x * p.scale_log2;
-          }
-        }
-      }
+      // Scores as the forward sees them: plain (scale folded into the exp2 below), prescaled
+      // (scale ≤ 0) or soft-capped (cap·log2e·tanh); with softcap acc_s keeps these log2-domain
+      // scores, and dS recomputes P and tanh from them.
+      transform_scores(acc_s, p.scores);
       if (mask.tile_needs_mask(m0, kBM, n0, kBN)) mask_accumulator(acc_s, mask, m0 + s_row0, n0 + s_col0, lane);
+      const float exp_mult = p.scores.exp_mult;
 #pragma unroll
       for (int mi = 0; mi < Sh::kMtS; ++mi) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int r = s_row0 + 16 * mi + 8 * half + g;
-          const float lse = s_lse[r];
+          const float neg_lse = -s_lse[r];
 #pragma unroll
           for (int ni = 0; ni < Sh::kNtS; ++ni) {
             float* x = &acc_s[mi][ni][2 * half];
-            const float p0 = ptx::exp2_approx(x[0] - lse), p1 = ptx::exp2_approx(x[1] - lse);
+            const float p0 = ptx::exp2_approx(fmaf(x[0], exp_mult, neg_lse));
+            const float p1 = ptx::exp2_approx(fmaf(x[1], exp_mult, neg_lse));
             if constexpr (!kSoftcap) {
               x[0] = p0;
               x[1] = p1;
@@ -263,8 +269,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
       }
 
       if (p.deterministic && tid == 0) {
-        // Our turn for this query tile: every lower key block that visits it has added.
-        const int32_t turn = n_block - mask.n_block_begin(m0, kBN);
+        // Our turn for this query tile: every key block before us in the order has added.
+        const int32_t turn = descending ? last_key_block_visiting(mask, m0, kBM, kBN) - n_block
+                                        : n_block - mask.n_block_begin(m0, kBN);
         const int32_t* counter = counter_of(step);
         while (ptx::ld_acquire_s32(counter) != turn) {
         }

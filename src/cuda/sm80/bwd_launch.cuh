@@ -10,7 +10,7 @@ namespace flashattn::cuda::sm80 {
 template <class Elem, int kHeadDim, bool kBigSmem>
 Status launch_bwd_main_tile(const BwdKernelParams& p, cudaStream_t stream) {
   constexpr int kSmem = BwdShape<kHeadDim, kBigSmem>::kSmemBytes;
-  const bool softcap = p.cap_log2 > 0.f;
+  const bool softcap = p.scores.mode == ScoreMode::softcap;
   const auto kernel = softcap ? bwd_main_kernel<Elem, kHeadDim, kBigSmem, true>
                               : bwd_main_kernel<Elem, kHeadDim, kBigSmem, false>;
   Status s = cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "cuda/common/host_device.cuh"
+#include "cuda/common/scores.cuh"
 
 namespace flashattn::cuda::sm80 {
 
@@ -50,11 +51,9 @@ struct BwdKernelParams {
   int hdim_qk = 0, hdim_v = 0;
   int window_left = -1, window_right = -1;  // clamp_window()ed; < 0 unbounded
 
-  float scale = 1.f;          // softmax_scale: dK and dQ are scaled by it at the end
-  float scale_log2 = 1.f;     // softmax_scale · log2(e): S → log2-domain score (no softcap)
-  float softcap_scale = 0.f;  // softmax_scale / softcap: the tanh argument
-  float cap_log2 = 0.f;       // softcap · log2(e): tanh → log2-domain score
-  float inv_cap_log2 = 0.f;   // 1 / cap_log2: log2-domain score → tanh, for the derivative
+  float scale = 1.f;         // softmax_scale: dK and dQ are scaled by it at the end
+  ScoreTransform scores;     // S → log2-domain scores, as the forward (common/scores.cuh)
+  float inv_cap_log2 = 0.f;  // softcap: 1 / (softcap · log2 e), log2-domain score → tanh
   bool deterministic = false;
 
   // Workspace (see the top of this file).

@@ -22,6 +22,9 @@ struct BwdTile {
   int block_m = 0, block_n = 0;
   int warps_m_sdp = 0, warps_n_dkv = 0, warps_m_dq = 0;
   int stages = 0;
+  // Recompute lane-derived shared-memory addresses inside the main loop instead of letting the
+  // compiler hoist them (bwd_gemm.cuh's opaque()): which one avoids spills depends on the tile.
+  bool remat_lane = false;
 
   // Shared memory: K, V (block_n × d), Q and dO (stages × block_m × d), P and dS (block_m ×
   // block_n), all 16-bit; LSE·log2e and D = rowsum(dO∘O) (stages × block_m fp32 each).
@@ -44,12 +47,14 @@ FLASHATTN_HD constexpr bool bwd_is_instance(int head_dim) {
 // needs it to double-buffer, every other tile fits an A100's 163 KB either way. block_m and
 // block_n never depend on big_smem (the workspace layout and the grid use them).
 FLASHATTN_HD constexpr BwdTile bwd_tile(int head_dim, bool big_smem) {
-  //                                d    bm   bn  wS wKV wQ stages
-  if (head_dim == 64) return BwdTile{64, 128, 128, 4, 4, 4, 2};
-  if (head_dim == 96) return BwdTile{96, 64, 128, 2, 4, 4, 2};
-  if (head_dim == 128) return BwdTile{128, 64, 128, 2, 4, 2, 2};
-  if (head_dim == 192) return BwdTile{192, 64, 64, 4, 2, 2, 2};
-  if (head_dim == 256) return big_smem ? BwdTile{256, 64, 64, 4, 2, 2, 2} : BwdTile{256, 64, 64, 4, 2, 2, 1};
+  //                                d    bm   bn  wS wKV wQ stages remat_lane
+  if (head_dim == 64) return BwdTile{64, 128, 128, 4, 4, 4, 2, false};
+  if (head_dim == 96) return BwdTile{96, 64, 128, 2, 4, 4, 2, false};
+  if (head_dim == 128) return BwdTile{128, 64, 128, 2, 4, 2, 2, true};
+  if (head_dim == 192) return BwdTile{192, 64, 64, 4, 2, 2, 2, false};
+  if (head_dim == 256) {
+    return big_smem ? BwdTile{256, 64, 64, 4, 2, 2, 2, false} : BwdTile{256, 64, 64, 4, 2, 2, 1, false};
+  }
   return BwdTile{};
 }
 

@@ -65,7 +65,8 @@ if has cli && [ -x "$BUILD_DIR/tools/flashattn/flashattn" ]; then
   log "CLI runs"
   cli="$BUILD_DIR/tools/flashattn/flashattn"
   { $cli run --backend cuda --json;
-    $cli run --backend cuda --seqlen 131072 --heads 1 --batch 1 --headdim 128 --dtype bf16 --backward --repeats 3 --json;
+    $cli run --backend cuda --seqlen 131072 --heads 1 --batch 1 --headdim 128 --dtype bf16 --backward --repeats 3 --no-check --json;
+    $cli run --backend cuda --seqlen 8192 --heads 2 --batch 1 --headdim 128 --dtype bf16 --backward --deterministic --repeats 10 --json;
   } >"$OUT/cli.log" 2>&1
   status[cli]=$?
   tail -c 3000 "$OUT/cli.log"

@@ -84,7 +84,7 @@ fi
 
 if has bench; then
   log "benchmark"
-  python3 bench/bench_gpu.py --lib "$BUILD_DIR/libflashattn_c.so" --out "$OUT/bench.json" ${BENCH_ARGS:-} \
+  python3 bench/bench_gpu.py --lib "$(realpath "$BUILD_DIR")/libflashattn_c.so" --out "$OUT/bench.json" ${BENCH_ARGS:-} \
     2>&1 | tee "$OUT/bench.log"
   status[bench]=${PIPESTATUS[0]}
 fi

@@ -4,8 +4,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <string>
+#include <type_traits>
 
 #include "cuda/common/mask.cuh"
 #include "cuda/common/softmax.cuh"
@@ -57,21 +59,29 @@ struct DeviceLimits {
   int smem_optin = 0;  // bytes of shared memory a block may opt in to
 };
 
+// The current device's compute capability check and shared-memory limit, queried once per device.
 DeviceLimits device_limits() {
+  static std::atomic<int> cached_optin[sm80::kBwdMaxCachedDevices] = {};  // 0: not queried yet
   DeviceLimits d;
-  int dev = 0, major = 0, minor = 0;
-  cudaError_t err = cudaGetDevice(&dev);
+  const int dev = sm80::bwd_current_device();
+  const bool cacheable = dev >= 0 && dev < sm80::kBwdMaxCachedDevices;
+  if (cacheable && (d.smem_optin = cached_optin[dev].load(std::memory_order_acquire)) > 0) return d;
+  int major = 0, minor = 0, probe = 0;
+  cudaError_t err = dev < 0 ? cudaGetDevice(&probe) : cudaSuccess;  // dev < 0: why?
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   if (err != cudaSuccess) {
+    cudaGetLastError();
     d.status = sm80::cuda_status(err, "querying the current device");
     return d;
   }
   if (major < 8) {
     d.status = Status::unsupported("cuda sm80 backward: needs compute capability >= 8.0, the current device has " +
                                    std::to_string(major) + "." + std::to_string(minor));
+    return d;
   }
+  if (cacheable) cached_optin[dev].store(d.smem_optin, std::memory_order_release);
   return d;
 }
 
@@ -192,25 +202,32 @@ BwdKernelParams kernel_params(const BwdParams& p, int head_dim, const WorkspaceL
   return k;
 }
 
-template <class Elem, int kHeadDim>
-Status launch_main_if_compiled(const BwdKernelParams& k, cudaStream_t stream, bool big_smem) {
+// Calls fn(Elem{}, std::integral_constant<int, D>{}) for the compiled instance (dtype, head_dim);
+// instances this build lacks are never named, so they are never linked.
+template <class Elem, int kHeadDim, class Fn>
+Status call_if_compiled(Fn& fn) {
   if constexpr (compiled(kHeadDim)) {
-    return sm80::launch_bwd_main<Elem, kHeadDim>(k, stream, big_smem);
+    return fn(Elem{}, std::integral_constant<int, kHeadDim>{});
   } else {
     return {StatusCode::internal, "cuda sm80 backward: head dim " + std::to_string(kHeadDim) + " is not compiled"};
   }
 }
 
-template <class Elem>
-Status launch_main(int head_dim, const BwdKernelParams& k, cudaStream_t stream, bool big_smem) {
+template <class Elem, class Fn>
+Status with_head_dim(int head_dim, Fn& fn) {
   switch (head_dim) {
-    case 64: return launch_main_if_compiled<Elem, 64>(k, stream, big_smem);
-    case 96: return launch_main_if_compiled<Elem, 96>(k, stream, big_smem);
-    case 128: return launch_main_if_compiled<Elem, 128>(k, stream, big_smem);
-    case 192: return launch_main_if_compiled<Elem, 192>(k, stream, big_smem);
-    case 256: return launch_main_if_compiled<Elem, 256>(k, stream, big_smem);
+    case 64: return call_if_compiled<Elem, 64>(fn);
+    case 96: return call_if_compiled<Elem, 96>(fn);
+    case 128: return call_if_compiled<Elem, 128>(fn);
+    case 192: return call_if_compiled<Elem, 192>(fn);
+    case 256: return call_if_compiled<Elem, 256>(fn);
     default: return {StatusCode::internal, "cuda sm80 backward: no instance " + std::to_string(head_dim)};
   }
+}
+
+template <class Fn>
+Status with_instance(DType dtype, int head_dim, Fn&& fn) {
+  return dtype == DType::bf16 ? with_head_dim<ptx::BF16>(head_dim, fn) : with_head_dim<ptx::F16>(head_dim, fn);
 }
 
 }  // namespace
@@ -251,7 +268,10 @@ Status sm80_backward_check(const BwdParams& p) {
                                std::to_string(tile.smem_bytes()) + " bytes of shared memory per block, the device " +
                                "allows " + std::to_string(dev.smem_optin));
   }
-  return Status::success();
+  const bool big_smem = dev.smem_optin >= bwd_tile(head_dim, true).smem_bytes();
+  return with_instance(p.dtype, head_dim, [&](auto elem, auto d) {
+    return sm80::check_bwd_main_image<decltype(elem), decltype(d)::value>(big_smem);
+  });
 }
 
 std::size_t sm80_backward_workspace(const BwdParams& p) {
@@ -274,8 +294,9 @@ Status sm80_backward(const BwdParams& p) {
 
   s = sm80::launch_bwd_preprocess(k, p.dtype, stream);
   if (!s.ok()) return s;
-  s = p.dtype == DType::bf16 ? launch_main<ptx::BF16>(head_dim, k, stream, big_smem)
-                             : launch_main<ptx::F16>(head_dim, k, stream, big_smem);
+  s = with_instance(p.dtype, head_dim, [&](auto elem, auto d) {
+    return sm80::launch_bwd_main<decltype(elem), decltype(d)::value>(k, stream, big_smem);
+  });
   if (!s.ok()) return s;
   return sm80::launch_bwd_postprocess(k, p.dtype, stream);
 }

@@ -13,13 +13,42 @@ Status launch_bwd_main_tile(const BwdKernelParams& p, cudaStream_t stream) {
   const bool softcap = p.scores.mode == ScoreMode::softcap;
   const auto kernel = softcap ? bwd_main_kernel<Elem, kHeadDim, kBigSmem, true>
                               : bwd_main_kernel<Elem, kHeadDim, kBigSmem, false>;
-  Status s = cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-                         "raising the main kernel's shared-memory limit");
-  if (!s.ok()) return s;
   const int64_t blocks = int64_t{p.num_n_blocks} * p.heads_kv * p.batch;
   if (blocks == 0) return Status::success();
+  static BwdDeviceFlags opted_in[2];  // [softcap]
+  const int dev = bwd_current_device();
+  if (!opted_in[softcap].test(dev)) {
+    Status s = cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+                           "raising the main kernel's shared-memory limit");
+    if (!s.ok()) return s;
+    opted_in[softcap].set(dev);
+  }
   kernel<<<static_cast<unsigned>(blocks), kBwdThreads, kSmem, stream>>>(p);
   return cuda_status(cudaGetLastError(), "main kernel launch");
+}
+
+template <class Elem, int kHeadDim, bool kBigSmem>
+Status check_bwd_main_image_tile() {
+  static BwdDeviceFlags checked;
+  const int dev = bwd_current_device();
+  if (checked.test(dev)) return Status::success();
+  cudaFuncAttributes attr{};
+  const cudaError_t e = cudaFuncGetAttributes(&attr, bwd_main_kernel<Elem, kHeadDim, kBigSmem, false>);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // an answer, not an error of the caller's stream
+    return Status::unsupported(std::string("cuda sm80 backward: no kernel image for this GPU (") + cudaGetErrorName(e) +
+                               "); add its architecture to FLASHATTN_CUDA_ARCHS");
+  }
+  checked.set(dev);
+  return Status::success();
+}
+
+template <class Elem, int kHeadDim>
+Status check_bwd_main_image(bool big_smem) {
+  if constexpr (bwd_tile(kHeadDim, true).stages != bwd_tile(kHeadDim, false).stages) {
+    if (big_smem) return check_bwd_main_image_tile<Elem, kHeadDim, true>();
+  }
+  return check_bwd_main_image_tile<Elem, kHeadDim, false>();
 }
 
 template <class Elem, int kHeadDim>

@@ -6,6 +6,9 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <string>
+
 #include "api/params.hpp"
 #include "cuda/sm80/bwd_params.cuh"
 
@@ -14,6 +17,28 @@ namespace flashattn::cuda::sm80 {
 // Elem: ptx::F16 or ptx::BF16. big_smem: the device fits bwd_tile(kHeadDim, true).
 template <class Elem, int kHeadDim>
 Status launch_bwd_main(const BwdKernelParams& params, cudaStream_t stream, bool big_smem);
+// ok when this build holds machine code (or PTX) of the instance for the current device; else
+// not_supported naming FLASHATTN_CUDA_ARCHS.
+template <class Elem, int kHeadDim>
+Status check_bwd_main_image(bool big_smem);
+
+// Per-device "already done" flags of one-time host work (device queries, shared-memory opt-in),
+// so that a call costs one cudaGetDevice, not a handful of driver queries.
+inline constexpr int kBwdMaxCachedDevices = 64;
+struct BwdDeviceFlags {
+  std::atomic<bool> done[kBwdMaxCachedDevices] = {};
+  bool test(int dev) const {
+    return dev >= 0 && dev < kBwdMaxCachedDevices && done[dev].load(std::memory_order_acquire);
+  }
+  void set(int dev) {
+    if (dev >= 0 && dev < kBwdMaxCachedDevices) done[dev].store(true, std::memory_order_release);
+  }
+};
+
+inline int bwd_current_device() {
+  int dev = -1;
+  return cudaGetDevice(&dev) == cudaSuccess ? dev : -1;
+}
 
 // D = rowsum(dO ∘ O) and LSE·log2e into the workspace; zeroes dq_accum and the counters.
 Status launch_bwd_preprocess(const BwdKernelParams& params, DType dtype, cudaStream_t stream);

@@ -48,7 +48,7 @@ FLASHATTN_HD constexpr bool bwd_is_instance(int head_dim) {
 // block_n never depend on big_smem (the workspace layout and the grid use them).
 FLASHATTN_HD constexpr BwdTile bwd_tile(int head_dim, bool big_smem) {
   //                                d    bm   bn  wS wKV wQ stages remat_lane
-  if (head_dim == 64) return BwdTile{64, 128, 128, 4, 4, 4, 2, false};
+  if (head_dim == 64) return BwdTile{64, 128, 128, 2, 4, 4, 2, false};
   if (head_dim == 96) return BwdTile{96, 64, 128, 2, 4, 4, 2, false};
   if (head_dim == 128) return BwdTile{128, 64, 128, 2, 4, 2, 2, true};
   if (head_dim == 192) return BwdTile{192, 64, 64, 4, 2, 2, 2, false};

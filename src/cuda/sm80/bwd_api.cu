@@ -73,7 +73,7 @@ DeviceLimits device_limits() {
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    d.status = sm80::cuda_status(err, "querying the current device");
+    d.status = sm80::bwd_cuda_status(err, "querying the current device");
     return d;
   }
   if (major < 8) {

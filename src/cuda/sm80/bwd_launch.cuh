@@ -18,13 +18,13 @@ Status launch_bwd_main_tile(const BwdKernelParams& p, cudaStream_t stream) {
   static BwdDeviceFlags opted_in[2];  // [softcap]
   const int dev = bwd_current_device();
   if (!opted_in[softcap].test(dev)) {
-    Status s = cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+    Status s = bwd_cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                            "raising the main kernel's shared-memory limit");
     if (!s.ok()) return s;
     opted_in[softcap].set(dev);
   }
   kernel<<<static_cast<unsigned>(blocks), kBwdThreads, kSmem, stream>>>(p);
-  return cuda_status(cudaGetLastError(), "main kernel launch");
+  return bwd_cuda_status(cudaGetLastError(), "main kernel launch");
 }
 
 template <class Elem, int kHeadDim, bool kBigSmem>

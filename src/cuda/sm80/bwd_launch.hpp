@@ -46,7 +46,7 @@ Status launch_bwd_preprocess(const BwdKernelParams& params, DType dtype, cudaStr
 Status launch_bwd_postprocess(const BwdKernelParams& params, DType dtype, cudaStream_t stream);
 
 // A cuda_error Status naming what failed, or ok.
-inline Status cuda_status(cudaError_t err, const char* what) {
+inline Status bwd_cuda_status(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::success();
   return {StatusCode::cuda_error, std::string("cuda sm80 backward: ") + what + ": " + cudaGetErrorName(err) + " (" +
                                       cudaGetErrorString(err) + ")"};

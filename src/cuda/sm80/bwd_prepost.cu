@@ -137,7 +137,7 @@ Status launch_prepost(const BwdKernelParams& p, DType dtype, cudaStream_t stream
   } else {
     Kernel<ptx::F16>::launch(blocks, p, stream);
   }
-  return cuda_status(cudaGetLastError(), what);
+  return bwd_cuda_status(cudaGetLastError(), what);
 }
 
 template <class Tag>

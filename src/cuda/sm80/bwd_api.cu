@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
@@ -83,6 +84,17 @@ DeviceLimits device_limits() {
   }
   if (cacheable) cached_optin[dev].store(d.smem_optin, std::memory_order_release);
   return d;
+}
+
+// Whether the device takes the big-shared-memory tile (bwd_tile(.., true)). Test hook: a set,
+// non-empty FLASHATTN_SM80_BWD_SMALL_TILES forces the small tiles everywhere, so that the A100 path
+// (stages = 1 at head dim 256) can be checked on a Hopper GPU.
+bool use_big_tile(const DeviceLimits& dev, int head_dim) {
+  static const bool force_small = [] {
+    const char* v = std::getenv("FLASHATTN_SM80_BWD_SMALL_TILES");
+    return v != nullptr && v[0] != '\0';
+  }();
+  return !force_small && dev.smem_optin >= bwd_tile(head_dim, true).smem_bytes();
 }
 
 // 16-byte alignment of a tensor's pointer and of the strides of its dimensions longer than 1
@@ -268,7 +280,7 @@ Status sm80_backward_check(const BwdParams& p) {
                                std::to_string(tile.smem_bytes()) + " bytes of shared memory per block, the device " +
                                "allows " + std::to_string(dev.smem_optin));
   }
-  const bool big_smem = dev.smem_optin >= bwd_tile(head_dim, true).smem_bytes();
+  const bool big_smem = use_big_tile(dev, head_dim);
   return with_instance(p.dtype, head_dim, [&](auto elem, auto d) {
     return sm80::check_bwd_main_image<decltype(elem), decltype(d)::value>(big_smem);
   });
@@ -289,7 +301,7 @@ Status sm80_backward(const BwdParams& p) {
   const WorkspaceLayout w = workspace_layout(p, head_dim);
   const BwdKernelParams k = kernel_params(p, head_dim, w);
   const DeviceLimits dev = device_limits();
-  const bool big_smem = dev.smem_optin >= bwd_tile(head_dim, true).smem_bytes();
+  const bool big_smem = use_big_tile(dev, head_dim);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
 
   s = sm80::launch_bwd_preprocess(k, p.dtype, stream);

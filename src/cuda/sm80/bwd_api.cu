@@ -62,10 +62,10 @@ struct DeviceLimits {
 
 // The current device's compute capability check and shared-memory limit, queried once per device.
 DeviceLimits device_limits() {
-  static std::atomic<int> cached_optin[sm80::kBwdMaxCachedDevices] = {};  // 0: not queried yet
+  static std::atomic<int> cached_optin[kMaxCachedDevices] = {};  // 0: not queried yet
   DeviceLimits d;
-  const int dev = sm80::bwd_current_device();
-  const bool cacheable = dev >= 0 && dev < sm80::kBwdMaxCachedDevices;
+  const int dev = current_device();
+  const bool cacheable = dev >= 0 && dev < kMaxCachedDevices;
   if (cacheable && (d.smem_optin = cached_optin[dev].load(std::memory_order_acquire)) > 0) return d;
   int major = 0, minor = 0, probe = 0;
   cudaError_t err = dev < 0 ? cudaGetDevice(&probe) : cudaSuccess;  // dev < 0: why?

@@ -15,8 +15,8 @@ Status launch_bwd_main_tile(const BwdKernelParams& p, cudaStream_t stream) {
                               : bwd_main_kernel<Elem, kHeadDim, kBigSmem, false>;
   const int64_t blocks = int64_t{p.num_n_blocks} * p.heads_kv * p.batch;
   if (blocks == 0) return Status::success();
-  static BwdDeviceFlags opted_in[2];  // [softcap]
-  const int dev = bwd_current_device();
+  static DeviceFlags opted_in[2];  // [softcap]
+  const int dev = current_device();
   if (!opted_in[softcap].test(dev)) {
     Status s = bwd_cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                            "raising the main kernel's shared-memory limit");
@@ -29,8 +29,8 @@ Status launch_bwd_main_tile(const BwdKernelParams& p, cudaStream_t stream) {
 
 template <class Elem, int kHeadDim, bool kBigSmem>
 Status check_bwd_main_image_tile() {
-  static BwdDeviceFlags checked;
-  const int dev = bwd_current_device();
+  static DeviceFlags checked;
+  const int dev = current_device();
   if (checked.test(dev)) return Status::success();
   cudaFuncAttributes attr{};
   const cudaError_t e = cudaFuncGetAttributes(&attr, bwd_main_kernel<Elem, kHeadDim, kBigSmem, false>);

@@ -5,39 +5,18 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <string>
 
 #include "cuda/common/mask.cuh"
+#include "cuda/common/host_runtime.hpp"
 #include "cuda/sm80/fwd_kernel.cuh"
 #include "cuda/sm80/fwd_launch.hpp"
 #include "cuda/sm80/fwd_traits.cuh"
 
 namespace flashattn::cuda::sm80 {
 
-// Dynamic shared memory a kernel may use without opting in.
-inline constexpr std::size_t kDefaultDynamicSmemBytes = 48 * 1024;
-
-// Per-device "already done" flags of one-time host work (an instance's device check, its shared
-// memory opt-in), so that a call costs one cudaGetDevice, not a handful of driver queries.
-inline constexpr int kMaxCachedDevices = 64;
-struct DeviceFlags {
-  std::atomic<bool> done[kMaxCachedDevices] = {};
-  bool test(int dev) const { return dev >= 0 && dev < kMaxCachedDevices && done[dev].load(std::memory_order_acquire); }
-  void set(int dev) {
-    if (dev >= 0 && dev < kMaxCachedDevices) done[dev].store(true, std::memory_order_release);
-  }
-};
-
-inline int current_device() {
-  int dev = -1;
-  return cudaGetDevice(&dev) == cudaSuccess ? dev : -1;
-}
-
-inline Status cuda_status(cudaError_t e, const char* what) {
-  return {StatusCode::cuda_error, std::string("cuda sm80 forward: ") + what + ": " + cudaGetErrorName(e) + " (" +
-                                      cudaGetErrorString(e) + ")"};
-}
+// The forward's cuda_error Statuses.
+inline Status fwd_cuda_status(cudaError_t e, const char* what) { return cuda_status("cuda sm80 forward", e, what); }
 
 template <class Traits>
 FwdKernelParams fwd_kernel_params(const FwdParams& p) {
@@ -90,13 +69,13 @@ Status fwd_launch(const FwdParams& p) {
     if (!opted_in.test(dev)) {
       const cudaError_t e =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-      if (e != cudaSuccess) return cuda_status(e, "cudaFuncSetAttribute(max dynamic shared memory)");
+      if (e != cudaSuccess) return fwd_cuda_status(e, "cudaFuncSetAttribute(max dynamic shared memory)");
       opted_in.set(dev);
     }
   }
   kernel<<<dim3(static_cast<unsigned>(blocks)), dim3(Traits::kThreads), smem, static_cast<cudaStream_t>(p.stream)>>>(kp);
   const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return cuda_status(e, "kernel launch");
+  if (e != cudaSuccess) return fwd_cuda_status(e, "kernel launch");
   return Status::success();
 }
 
@@ -120,7 +99,7 @@ Status fwd_device_check_traits() {
   int dev = 0, optin = 0;
   cudaGetDevice(&dev);
   e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  if (e != cudaSuccess) return cuda_status(e, "cudaDeviceGetAttribute(max shared memory per block)");
+  if (e != cudaSuccess) return fwd_cuda_status(e, "cudaDeviceGetAttribute(max shared memory per block)");
   if (Traits::kSmemBytes + attr.sharedSizeBytes > static_cast<std::size_t>(optin)) {
     return Status::unsupported("cuda sm80 forward: head dim instance " + std::to_string(Traits::kHeadDim) + " needs " +
                                std::to_string(Traits::kSmemBytes) + " bytes of shared memory per block; this GPU allows " +

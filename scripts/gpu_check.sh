@@ -80,6 +80,18 @@ if has python; then
     python3 python/examples/train_step.py --device cuda --dtype bfloat16 --compile; } >"$OUT/python.log" 2>&1
   status[python]=$?
   tail -15 "$OUT/python.log"
+  if [ "${status[python]}" -gt 128 ]; then
+    # A crash (signal): localize it (file by file), then take a native backtrace with cuda-gdb
+    # (the GPU machine has no gdb) of the whole run.
+    log "Python tests crashed (rc ${status[python]}): file by file, then a backtrace"
+    for f in python/tests/test_*.py; do
+      timeout 300 python3 -m pytest "$f" -q -x -p no:cacheprovider >>"$OUT/python_files.log" 2>&1
+      echo "$f: rc $?" | tee -a "$OUT/python_files.log"
+    done
+    timeout 400 cuda-gdb -batch -ex run -ex bt --args python3 -m pytest python/tests -q -x -p no:cacheprovider \
+      >"$OUT/python_gdb.log" 2>&1
+    grep -v "^\[New Thread\|^\[Thread" "$OUT/python_gdb.log" | tail -40
+  fi
 fi
 
 if has bench; then

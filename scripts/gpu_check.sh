@@ -112,3 +112,9 @@ fi
   echo "}}"
 } >"$report"
 log "report: $(tr -d '\n' <"$report")"
+
+# The device tool brings back at most 8 files: keep the record (report, benchmark, summary log)
+# as files and pack every other log into logs.tgz.
+(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude=report.json --exclude=bench.json \
+   --exclude=gpu_check.log -- * && find . -maxdepth 1 -type f ! -name logs.tgz ! -name report.json \
+   ! -name bench.json ! -name gpu_check.log -delete)

@@ -16,7 +16,7 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 JOBS=${JOBS:-$(nproc)}
 TEST_FILTER=${TEST_FILTER:-.}
 SANITIZE_FILTER=${SANITIZE_FILTER:-All/Diff.*/cuda_b2_q129_k127_h4x2_d128_f16*:All/Diff.*/cuda_varlen_q5_0_130_77_k9_40_0_201_h4x2_d64_bf16:All/Diff.*/cuda_b1_q200_k100_h2x2_d64_bf16_causal_det:All/Diff.*/cuda_b2_q272_k203_h4x2_d192_bf16_causal:All/Diff.*/cuda_b2_q133_k150_h2x2_d64_bf16_cap30}
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+COMMIT=${FLASHATTN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 export FLASHATTN_COMMIT=${FLASHATTN_COMMIT:-$COMMIT}
 report="$OUT/report.json"
 declare -A status

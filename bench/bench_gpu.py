@@ -22,7 +22,7 @@ from flashattn_ctypes import FlashAttn  # noqa: E402
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def median_ms(fn, reps, warmup=5):
+def median_ms(fn, reps=30, warmup=5):
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()

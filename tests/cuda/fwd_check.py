@@ -222,19 +222,7 @@ def bench(fa):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    def median_ms(fn, reps=30):
-        for _ in range(5):
-            fn()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(reps):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            fn()
-            e1.record()
-            torch.cuda.synchronize()
-            ts.append(e0.elapsed_time(e1))
-        return sorted(ts)[len(ts) // 2]
+    from bench_gpu import median_ms  # the benchmark's timing rule (CUDA events, median)
 
     print("dtype hdim seqlen causal  flashattn  torch-flash  ratio   (TFLOP/s)")
     for d in (64, 128, 256):

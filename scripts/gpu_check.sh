@@ -88,9 +88,19 @@ if has python; then
       timeout 300 python3 -m pytest "$f" -q -x -p no:cacheprovider >>"$OUT/python_files.log" 2>&1
       echo "$f: rc $?" | tee -a "$OUT/python_files.log"
     done
-    timeout 400 cuda-gdb -batch -ex run -ex bt --args python3 -m pytest python/tests -q -x -p no:cacheprovider \
-      >"$OUT/python_gdb.log" 2>&1
-    grep -v "^\[New Thread\|^\[Thread" "$OUT/python_gdb.log" | tail -40
+    # Two files together (the crash followed CUDA tests), then with glibc's heap checker, which
+    # aborts at the first corrupted chunk instead of wherever the damage is found later.
+    timeout 300 python3 -m pytest python/tests/test_cuda.py python/tests/test_errors.py -q -x -p no:cacheprovider \
+      >>"$OUT/python_files.log" 2>&1
+    echo "test_cuda.py + test_errors.py: rc $?" | tee -a "$OUT/python_files.log"
+    malloc_debug=$(ldconfig -p | awk '/libc_malloc_debug.so/ {print $NF; exit}')
+    LD_PRELOAD=$malloc_debug MALLOC_CHECK_=3 MALLOC_PERTURB_=165 timeout 400 \
+      python3 -m pytest python/tests -q -x -p no:cacheprovider >"$OUT/python_malloc_check.log" 2>&1
+    echo "full suite under MALLOC_CHECK_=3 ($malloc_debug): rc $?" | tee -a "$OUT/python_files.log"
+    tail -30 "$OUT/python_malloc_check.log"
+    timeout 400 cuda-gdb -batch -ex run -ex bt -ex "info threads" --args python3 -m pytest python/tests -q -x \
+      -p no:cacheprovider >"$OUT/python_gdb.log" 2>&1
+    grep -v "^\[New Thread\|^\[Thread" "$OUT/python_gdb.log" | tail -60
   fi
 fi
 

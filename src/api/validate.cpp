@@ -1,7 +1,8 @@
 #include "api/validate.hpp"
 
 #include <cmath>
-#include <sstream>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 namespace flashattn {
@@ -10,8 +11,33 @@ namespace {
 constexpr int64_t kMaxHeadDim = 256;
 constexpr int64_t kHeadDimMultiple = 8;
 
+// Builds a Status message. Numbers go through std::to_string, not iostreams: messages must not
+// depend on the caller's global C++ locale (digit grouping), and a process may hold more than one
+// copy of the iostreams machinery (a Python extension built against one libstdc++ loaded beside
+// another: number formatting through Message crashed there on the H200 machine).
+class Message {
+ public:
+  Message& operator<<(const char* s) {
+    text_ += s;
+    return *this;
+  }
+  Message& operator<<(const std::string& s) {
+    text_ += s;
+    return *this;
+  }
+  template <class Int, class = std::enable_if_t<std::is_integral_v<Int>>>
+  Message& operator<<(Int n) {
+    text_ += std::to_string(n);
+    return *this;
+  }
+  const std::string& str() const { return text_; }
+
+ private:
+  std::string text_;
+};
+
 std::string shape_str(const TensorView& t) {
-  std::ostringstream s;
+  Message s;
   s << "[";
   for (int i = 0; i < t.rank; ++i) s << (i ? ", " : "") << t.shape[i];
   s << "]";
@@ -21,7 +47,7 @@ std::string shape_str(const TensorView& t) {
 // Checks what every tensor argument must satisfy: rank, non-negative sizes, a data pointer when
 // it holds elements, dtype, device, last dimension contiguous, non-negative strides.
 Status check_view(const char* name, const TensorView& t, int rank, DType dtype, Device device) {
-  std::ostringstream m;
+  Message m;
   if (t.rank != rank) {
     m << name << ": rank " << t.rank << ", expected " << rank;
     return Status::invalid(m.str());
@@ -62,7 +88,7 @@ Status check_shape(const char* name, const TensorView& t, std::initializer_list<
   int i = 0;
   for (int64_t w : want) {
     if (t.shape[i] != w) {
-      std::ostringstream m;
+      Message m;
       m << name << ": shape " << shape_str(t) << ", expected " << want_desc << " = [";
       int j = 0;
       for (int64_t x : want) m << (j++ ? ", " : "") << x;
@@ -76,7 +102,7 @@ Status check_shape(const char* name, const TensorView& t, std::initializer_list<
 
 Status check_head_dim(const char* what, int64_t d) {
   if (d < kHeadDimMultiple || d > kMaxHeadDim || d % kHeadDimMultiple != 0) {
-    std::ostringstream m;
+    Message m;
     m << what << " = " << d << " is not supported: head dims must be a multiple of " << kHeadDimMultiple
       << " between " << kHeadDimMultiple << " and " << kMaxHeadDim;
     return Status::unsupported(m.str());
@@ -104,7 +130,7 @@ Status check_cu_seqlens(const char* name, const TensorView& cu, int64_t total, i
                         const char* max_name) {
   const int32_t* c = static_cast<const int32_t*>(cu.data);
   int64_t n = cu.shape[0];
-  std::ostringstream m;
+  Message m;
   if (c[0] < 0) {
     m << name << "[0] = " << c[0] << " is negative";
     return Status::invalid(m.str());
@@ -139,7 +165,7 @@ Status common_params(const AttentionArgs& a, FwdParams* p) {
     return Status::invalid(std::string("q: dtype ") + to_string(dt) + " is not one of f32, f16, bf16");
   }
   if (a.q.rank != rank) {
-    std::ostringstream m;
+    Message m;
     m << "q: rank " << a.q.rank << ", expected " << rank
       << (varlen ? " (varlen: [total_q, heads, d])" : " ([batch, seqlen, heads, d]; set cu_seqlens for varlen)");
     return Status::invalid(m.str());
@@ -165,7 +191,7 @@ Status common_params(const AttentionArgs& a, FwdParams* p) {
     FA_TRY(check_view("cu_seqlens_k", a.cu_seqlens_k, 1, DType::i32, dev));
     if (a.cu_seqlens_q.shape[0] < 1) return Status::invalid("cu_seqlens_q: needs batch + 1 >= 1 entries, got 0");
     if (a.cu_seqlens_k.shape[0] != a.cu_seqlens_q.shape[0]) {
-      std::ostringstream m;
+      Message m;
       m << "cu_seqlens_k: " << a.cu_seqlens_k.shape[0] << " entries, expected " << a.cu_seqlens_q.shape[0]
         << " (as cu_seqlens_q)";
       return Status::invalid(m.str());
@@ -202,7 +228,7 @@ Status common_params(const AttentionArgs& a, FwdParams* p) {
   FA_TRY(check_head_dim("hdim_qk (last dimension of q, k)", p->hdim_qk));
   FA_TRY(check_head_dim("hdim_v (last dimension of v)", p->hdim_v));
   if (p->heads_kv == 0 || p->heads_q % p->heads_kv != 0) {
-    std::ostringstream m;
+    Message m;
     m << "heads: heads_q = " << p->heads_q << " is not a multiple of heads_kv = " << p->heads_kv << " (k, v)";
     return Status::invalid(m.str());
   }

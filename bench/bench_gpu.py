@@ -54,7 +54,7 @@ def ceilings(reps):
     return {"bf16_matmul_tflops_8192cube": 2 * n**3 / mm / 1e9, "device_copy_tbps": 2 * x.numel() * 2 / cp / 1e9}
 
 
-def bench_cell(fa, mode, causal, dtype, d, s, reps):
+def bench_cell(fa, mode, causal, dtype, d, s, reps, variants=()):
     b, h = 16384 // s, 2048 // d
     dt = DT[dtype]
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt) for _ in range(3))
@@ -80,6 +80,11 @@ def bench_cell(fa, mode, causal, dtype, d, s, reps):
             path = fa.path(ab, backward=True)
             ms = median_ms(lambda: fa.backward(ab), reps)
         rows.append(dict(impl="flashattn", path=path, **base, tflops=fl / ms / 1e9, ms=ms))
+        if variants:
+            ref = (out.clone(), lse.clone()) if mode == "fwd" else (dq.clone(), dk.clone(), dv.clone())
+            for name, fv in variants:
+                rows.append(bench_variant(fv, name, mode, causal, q, k, v, dout if mode == "bwd" else None,
+                                          ref, base, fl, reps))
     except RuntimeError as e:
         rows.append(dict(impl="flashattn", **base, error=str(e)))
     del ws_f
@@ -102,6 +107,31 @@ def bench_cell(fa, mode, causal, dtype, d, s, reps):
     return rows
 
 
+def bench_variant(fv, name, mode, causal, q, k, v, dout, ref, base, fl, reps):
+    """One build variant of the library (another libflashattn_c.so, e.g. a tile-shape experiment),
+    timed in the same process on the same inputs; `max_rel_diff` compares its outputs with the main
+    library's (max |a - b| / max |b| over out, lse or dq, dk, dv) as a sanity check."""
+    out, lse = torch.empty_like(q), torch.empty(q.shape[0], q.shape[2], q.shape[1], device="cuda")
+    try:
+        a = fv.args(q, k, v, out=out, lse=lse, causal=causal)
+        ws_f = fv.with_workspace(a, False, "cuda")  # noqa: F841
+        fv.forward(a)
+        if mode == "fwd":
+            ms = median_ms(lambda: fv.forward(a), reps)
+            got = (out, lse)
+        else:
+            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+            ab = fv.args(q, k, v, out=out, lse=lse, dout=dout, dq=dq, dk=dk, dv=dv, causal=causal)
+            ws_b = fv.with_workspace(ab, True, "cuda")  # noqa: F841
+            ms = median_ms(lambda: fv.backward(ab), reps)
+            got = (dq, dk, dv)
+        diff = max(((g.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30)).item()
+                   for g, r in zip(got, ref))
+        return dict(impl=f"flashattn:{name}", **base, tflops=fl / ms / 1e9, ms=ms, max_rel_diff=diff)
+    except RuntimeError as e:
+        return dict(impl=f"flashattn:{name}", **base, error=str(e)[:200])
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
@@ -113,9 +143,12 @@ def main():
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--lib", default=None)
     p.add_argument("--anchors", default=None, help="anchors JSON to print goal ratios beside ours")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=LIB",
+                   help="also time another build of the library (e.g. a tuning variant) in the same run")
     args = p.parse_args()
 
     fa = FlashAttn(args.lib)
+    variants = [(nv.split("=", 1)[0], FlashAttn(nv.split("=", 1)[1])) for nv in args.variant]
     torch.manual_seed(0)
     commit = os.environ.get("FLASHATTN_COMMIT") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -127,9 +160,14 @@ def main():
             for causal in (bool(int(c)) for c in args.causal.split(",")):
                 for d in (int(x) for x in args.hdims.split(",")):
                     for s in (int(x) for x in args.seqlens.split(",")):
-                        rows = bench_cell(fa, mode, causal, dtype, d, s, args.reps)
+                        rows = bench_cell(fa, mode, causal, dtype, d, s, args.reps, variants)
                         result["rows"].extend(rows)
                         by = {r["impl"]: r.get("tflops", float("nan")) for r in rows}
+                        for r in rows:
+                            if r["impl"].startswith("flashattn:"):
+                                print(f"    {r['impl']:24s} {r.get('tflops', float('nan')):6.1f}  vs fa2 "
+                                      f"{r.get('tflops', float('nan')) / by['torch-flash']:.3f}  max_rel_diff "
+                                      f"{r.get('max_rel_diff', float('nan')):.2e} {r.get('error', '')}", flush=True)
                         print(f"{mode} causal={int(causal)} {dtype} d={d:3d} s={s:5d}  flashattn {by['flashattn']:6.1f}"
                               f"  cudnn {by['cudnn']:6.1f}  torch-flash {by['torch-flash']:6.1f}"
                               f"  vs cudnn {by['flashattn'] / by['cudnn']:.3f}  vs fa2 {by['flashattn'] / by['torch-flash']:.3f}",

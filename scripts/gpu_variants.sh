@@ -9,7 +9,9 @@
 #
 #   FWD="1 2" BWD="3 9" scripts/gpu_variants.sh OUT_DIR
 # Environment: BUILD_ROOT (default /tmp/variants), HEADDIMS (default "64;128;256"), CUDA_ARCHS
-# (default 90a), FWD_BENCH_ARGS / BWD_BENCH_ARGS (bench_gpu.py flags for each direction's run).
+# (default 90a), FWD_BENCH_ARGS / BWD_BENCH_ARGS (bench_gpu.py flags for each direction's run),
+# STEPS (default build,bench: "build" alone leaves the libraries in BUILD_ROOT/libs for a later
+# "bench", so that other work can run between them).
 set -uo pipefail
 OUT=${1:?usage: gpu_variants.sh OUT_DIR}
 mkdir -p "$OUT"
@@ -32,11 +34,17 @@ build() {  # build NAME FWD_VARIANT BWD_VARIANT: its own build dir, so that all 
   [ $rc = 0 ] && cp "$dir/libflashattn_c.so" "$LIBS/$1.so"
 }
 
-build base 0 0 &
-for n in ${FWD:-}; do build "fwd$n" "$n" 0 & done
-for n in ${BWD:-}; do build "bwd$n" 0 "$n" & done
-wait
-[ -f "$LIBS/base.so" ] || { tail -30 "$OUT/build_base.log"; exit 1; }
+STEPS=${STEPS:-build,bench}
+if [[ ",$STEPS," == *",build,"* ]]; then
+  build base 0 0 &
+  for n in ${FWD:-}; do build "fwd$n" "$n" 0 & done
+  for n in ${BWD:-}; do build "bwd$n" 0 "$n" & done
+  wait
+  # The build logs (ptxas reports) go back as one archive.
+  (cd "$OUT" && tar czf build_logs.tgz build_*.log && rm -f build_*.log)
+fi
+[ -f "$LIBS/base.so" ] || { echo "no $LIBS/base.so"; exit 1; }
+[[ ",$STEPS," == *",bench,"* ]] || exit 0
 
 bench() {  # bench DIRECTION VARIANT_NUMBERS BENCH_ARGS
   local args=() n
@@ -46,5 +54,3 @@ bench() {  # bench DIRECTION VARIANT_NUMBERS BENCH_ARGS
 }
 [ -n "${FWD:-}" ] && bench fwd "$FWD" "${FWD_BENCH_ARGS:-}"
 [ -n "${BWD:-}" ] && bench bwd "$BWD" "${BWD_BENCH_ARGS:-}"
-# The build logs (ptxas reports) go back as one archive.
-(cd "$OUT" && tar czf build_logs.tgz build_*.log && rm -f build_*.log)

@@ -2,11 +2,14 @@
 // through fwd_plan(), so what the check accepts is exactly what runs.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "cuda/common/mask.cuh"
+#include "cuda/common/host_runtime.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/ptx/mma.cuh"
 #include "cuda/sm80/fwd_launch.hpp"
@@ -16,7 +19,7 @@
 namespace flashattn::cuda {
 namespace {
 
-using FwdFn = Status (*)(const FwdParams&);
+using FwdFn = Status (*)(const FwdParams&, bool big_smem);
 
 struct FwdInstance {
   int head_dim;
@@ -88,13 +91,38 @@ Status check_layout(const FwdParams& p) {
   return Status::success();
 }
 
-Status check_sizes(const FwdParams& p, int head_dim) {
+// Whether the current GPU takes the big_smem shapes (fwd_traits.cuh): a block may opt in to
+// kFwdBigSmemBytes of shared memory. Queried once per device, and only for instances that have such
+// a shape. A failed query answers no; the instance's device check then reports the device's state.
+// Test hook: a set, non-empty FLASHATTN_SM80_FWD_SMALL_TILES forces the shapes every GPU runs, so
+// that the A100 path can be checked on a Hopper GPU.
+bool device_takes_big_smem() {
+  static const bool force_small = [] {
+    const char* v = std::getenv("FLASHATTN_SM80_FWD_SMALL_TILES");
+    return v != nullptr && v[0] != '\0';
+  }();
+  if (force_small) return false;
+  static std::atomic<int> cached_optin[kMaxCachedDevices] = {};  // 0: not queried yet
+  const int dev = current_device();
+  const bool cacheable = dev >= 0 && dev < kMaxCachedDevices;
+  int optin = cacheable ? cached_optin[dev].load(std::memory_order_acquire) : 0;
+  if (optin == 0) {
+    if (dev < 0 || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+      cudaGetLastError();  // an answer, not an error of the caller's stream
+      return false;
+    }
+    if (cacheable) cached_optin[dev].store(optin, std::memory_order_release);
+  }
+  return static_cast<std::size_t>(optin) >= sm80::kFwdBigSmemBytes;
+}
+
+Status check_sizes(const FwdParams& p, int head_dim, bool big_smem) {
   if (p.seqlen_q > kMaxSeqlen || p.seqlen_k > kMaxSeqlen) {
     return Status::unsupported("cuda sm80 forward: seqlen_q = " + std::to_string(p.seqlen_q) + ", seqlen_k = " +
                                std::to_string(p.seqlen_k) + ": sequences longer than " + std::to_string(kMaxSeqlen) +
                                " are not supported");
   }
-  const sm80::FwdTileShape shape = sm80::fwd_tile_shape(head_dim, p.dtype, p.mask.has_mask());
+  const sm80::FwdTileShape shape = sm80::fwd_tile_shape(head_dim, p.dtype, p.mask.has_mask(), big_smem);
   const int64_t blocks = (p.seqlen_q + shape.block_m - 1) / shape.block_m * p.heads_q * p.batch;
   if (p.heads_q > INT_MAX || p.batch > INT_MAX || blocks > INT_MAX) {
     return Status::unsupported("cuda sm80 forward: batch = " + std::to_string(p.batch) + ", heads_q = " +
@@ -104,8 +132,9 @@ Status check_sizes(const FwdParams& p, int head_dim) {
   return Status::success();
 }
 
-// Everything sm80_forward needs to know before launching; `run` is the instance to launch.
-Status fwd_plan(const FwdParams& p, FwdFn* run) {
+// Everything sm80_forward needs to know before launching; `run` is the instance to launch, with
+// `big_smem` (which of its shapes).
+Status fwd_plan(const FwdParams& p, FwdFn* run, bool* big_smem) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
     return Status::unsupported(std::string("cuda sm80 forward: dtype ") + to_string(p.dtype) +
                                " is not supported: the tensor-core kernels take f16 or bf16 (f32 runs on the CPU "
@@ -120,10 +149,11 @@ Status fwd_plan(const FwdParams& p, FwdFn* run) {
                                "\"; reconfigure with -DFLASHATTN_HEADDIMS including a head dim >= " +
                                std::to_string(need));
   }
-  FA_TRY(check_sizes(p, inst->head_dim));
+  *big_smem = sm80::fwd_has_big_smem_shape(inst->head_dim, p.dtype, p.mask.has_mask()) && device_takes_big_smem();
+  FA_TRY(check_sizes(p, inst->head_dim, *big_smem));
   FA_TRY(check_layout(p));
   const bool bf16 = p.dtype == DType::bf16;
-  FA_TRY((bf16 ? inst->device_check_bf16 : inst->device_check_f16)(p));
+  FA_TRY((bf16 ? inst->device_check_bf16 : inst->device_check_f16)(p, *big_smem));
   *run = bf16 ? inst->run_bf16 : inst->run_f16;
   return Status::success();
 }
@@ -132,13 +162,15 @@ Status fwd_plan(const FwdParams& p, FwdFn* run) {
 
 Status sm80_forward_check(const FwdParams& params) {
   FwdFn run = nullptr;
-  return fwd_plan(params, &run);
+  bool big_smem = false;
+  return fwd_plan(params, &run, &big_smem);
 }
 
 Status sm80_forward(const FwdParams& params) {
   FwdFn run = nullptr;
-  FA_TRY(fwd_plan(params, &run));
-  return run(params);
+  bool big_smem = false;
+  FA_TRY(fwd_plan(params, &run, &big_smem));
+  return run(params, big_smem);
 }
 
 }  // namespace flashattn::cuda

@@ -54,14 +54,34 @@ __device__ __forceinline__ FwdBlockIndex fwd_block_index(const FwdKernelParams& 
   return ix;
 }
 
+// cp.async tile loads of a whole block. TileIO's cheap path (one pointer per thread, stepped, at a
+// fixed swizzle) needs each step to cover a multiple of 8 rows; a block too small for that at this
+// tile width (D = 256 with 4 warps: 4 rows per step) loads as a block of twice its size, each thread
+// playing threads t and t + kThreads, instead of computing an address per chunk (which spilled).
+template <class Tile, int kThreads>
+struct FwdTileLoader {
+  static constexpr int kPlays =
+      !TileIO<Tile, kThreads>::kFixedColumn && TileIO<Tile, 2 * kThreads>::kFixedColumn ? 2 : 1;
+  using IO = TileIO<Tile, kPlays * kThreads>;
+
+  __device__ __forceinline__ static void load_async_or_zero(uint32_t smem, const void* gmem, int64_t row_stride,
+                                                            int rows_valid, int cols_valid, int tid) {
+    IO::load_async_or_zero(smem, gmem, row_stride, rows_valid, cols_valid, tid);
+    if constexpr (kPlays == 2) {
+      IO::load_async_or_zero(smem, gmem, row_stride, rows_valid, cols_valid, tid + kThreads);
+    }
+  }
+};
+
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const __grid_constant__ FwdKernelParams p) {
 #if FLASHATTN_PTX_SM80
   using Tag = typename Traits::Tag;
   using QTile = typename Traits::QTile;
   using KVTile = typename Traits::KVTile;
-  using IOQ = TileIO<QTile, Traits::kThreads>;
-  using IOKV = TileIO<KVTile, Traits::kThreads>;
+  using IOQ = TileIO<QTile, Traits::kThreads>;  // the epilogue's stores
+  using LoadQ = FwdTileLoader<QTile, Traits::kThreads>;
+  using LoadKV = FwdTileLoader<KVTile, Traits::kThreads>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kStages = Traits::kStages;
   constexpr int kMTiles = Traits::kMTiles, kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
 
@@ -106,11 +126,11 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const __grid_cons
 
   // Issues the cp.async copies of key block n (K or V) into a stage buffer.
   auto load_k = [&](int n, int stage) {
-    IOKV::load_async_or_zero(s_k + stage * KVTile::kBytes, k_head + static_cast<int64_t>(n) * kBlockN * p.k_row_stride * kElemBytes,
+    LoadKV::load_async_or_zero(s_k + stage * KVTile::kBytes, k_head + static_cast<int64_t>(n) * kBlockN * p.k_row_stride * kElemBytes,
                      p.k_row_stride, seq.seqlen_k - n * kBlockN, p.hdim_qk, tid);
   };
   auto load_v = [&](int n, int stage) {
-    IOKV::load_async_or_zero(s_v + stage * KVTile::kBytes, v_head + static_cast<int64_t>(n) * kBlockN * p.v_row_stride * kElemBytes,
+    LoadKV::load_async_or_zero(s_v + stage * KVTile::kBytes, v_head + static_cast<int64_t>(n) * kBlockN * p.v_row_stride * kElemBytes,
                      p.v_row_stride, seq.seqlen_k - n * kBlockN, p.hdim_v, tid);
   };
 
@@ -121,13 +141,13 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const __grid_cons
     for (int di = 0; di < kDTiles; ++di)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[mi][di][c] = 0.f;
-  OnlineSoftmax<kMTiles> softmax;
+  OnlineSoftmax<kMTiles, Traits::kSkipIdleRescale> softmax;
   softmax.init();
   const ScoreTransform scores = p.scores;
 
   // ---- main loop over key blocks, last to first ---------------------------------------------------
   if (n_begin < n_end) {
-    IOQ::load_async_or_zero(s_q, q_head + static_cast<int64_t>(m0) * p.q_row_stride * kElemBytes, p.q_row_stride,
+    LoadQ::load_async_or_zero(s_q, q_head + static_cast<int64_t>(m0) * p.q_row_stride * kElemBytes, p.q_row_stride,
                     seq.seqlen_q - m0, p.hdim_qk, tid);
     load_k(n_end - 1, 0);
     ptx::cp_async_commit();

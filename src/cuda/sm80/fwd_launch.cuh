@@ -109,21 +109,39 @@ Status fwd_device_check_traits() {
   return Status::success();
 }
 
-template <class Tag, int kHeadDim>
-Status fwd_run(const FwdParams& p) {
-  if (p.mask.has_mask()) return fwd_launch<FwdTraits<Tag, kHeadDim, true>>(p);
-  return fwd_launch<FwdTraits<Tag, kHeadDim, false>>(p);
+// The kernel of (Tag, D, masked) for this GPU: the big_smem shape's when it has one and the GPU
+// takes it (fwd_dispatch.cu decides), else the shape every sm_80+ GPU with 163 KB runs.
+template <class Tag, int kHeadDim, bool kMasked>
+Status fwd_run_shape(const FwdParams& p, bool big_smem) {
+  if constexpr (fwd_has_big_smem_shape(kHeadDim, dtype_of<Tag>(), kMasked)) {
+    if (big_smem) return fwd_launch<FwdTraits<Tag, kHeadDim, kMasked, true>>(p);
+  }
+  return fwd_launch<FwdTraits<Tag, kHeadDim, kMasked, false>>(p);
+}
+
+template <class Tag, int kHeadDim, bool kMasked>
+Status fwd_device_check_shape(bool big_smem) {
+  if constexpr (fwd_has_big_smem_shape(kHeadDim, dtype_of<Tag>(), kMasked)) {
+    if (big_smem) return fwd_device_check_traits<FwdTraits<Tag, kHeadDim, kMasked, true>>();
+  }
+  return fwd_device_check_traits<FwdTraits<Tag, kHeadDim, kMasked, false>>();
 }
 
 template <class Tag, int kHeadDim>
-Status fwd_device_check(const FwdParams& p) {
-  if (p.mask.has_mask()) return fwd_device_check_traits<FwdTraits<Tag, kHeadDim, true>>();
-  return fwd_device_check_traits<FwdTraits<Tag, kHeadDim, false>>();
+Status fwd_run(const FwdParams& p, bool big_smem) {
+  if (p.mask.has_mask()) return fwd_run_shape<Tag, kHeadDim, true>(p, big_smem);
+  return fwd_run_shape<Tag, kHeadDim, false>(p, big_smem);
+}
+
+template <class Tag, int kHeadDim>
+Status fwd_device_check(const FwdParams& p, bool big_smem) {
+  if (p.mask.has_mask()) return fwd_device_check_shape<Tag, kHeadDim, true>(big_smem);
+  return fwd_device_check_shape<Tag, kHeadDim, false>(big_smem);
 }
 
 }  // namespace flashattn::cuda::sm80
 
 // One instance: fwd_run and fwd_device_check of (Tag, D). Used by the generated fwd_*_hdim*.cu.
 #define FLASHATTN_SM80_FWD_INSTANCE(Tag, D)                                                           \
-  template flashattn::Status flashattn::cuda::sm80::fwd_run<Tag, D>(const flashattn::FwdParams&); \
-  template flashattn::Status flashattn::cuda::sm80::fwd_device_check<Tag, D>(const flashattn::FwdParams&);
+  template flashattn::Status flashattn::cuda::sm80::fwd_run<Tag, D>(const flashattn::FwdParams&, bool); \
+  template flashattn::Status flashattn::cuda::sm80::fwd_device_check<Tag, D>(const flashattn::FwdParams&, bool);

@@ -8,13 +8,15 @@
 namespace flashattn::cuda::sm80 {
 
 // Launches the kernel of instance (Tag, kHeadDim) on params.stream; never synchronizes. The params
-// have passed sm80_forward_check (head dims ≤ kHeadDim, alignment, sizes).
+// have passed sm80_forward_check (head dims ≤ kHeadDim, alignment, sizes). big_smem: the GPU lets
+// a block opt in to kFwdBigSmemBytes of shared memory (fwd_traits.cuh), so the instance may run
+// its big_smem shape.
 template <class Tag, int kHeadDim>
-Status fwd_run(const FwdParams& params);
+Status fwd_run(const FwdParams& params, bool big_smem);
 
 // Whether this GPU can run the instance's kernel (a kernel image for its architecture, shared
-// memory within the device's per-block limit); the reason when not.
+// memory within the device's per-block limit); the reason when not. big_smem as for fwd_run.
 template <class Tag, int kHeadDim>
-Status fwd_device_check(const FwdParams& params);
+Status fwd_device_check(const FwdParams& params, bool big_smem);
 
 }  // namespace flashattn::cuda::sm80

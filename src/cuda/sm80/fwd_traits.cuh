@@ -18,16 +18,71 @@ struct FwdTileShape {
   int block_n;    // keys per K/V tile
   int warps;      // each warp owns block_m / warps query rows (16 or 32)
   int kv_stages;  // K/V shared-memory buffers: 2 = double-buffered, 1 = FlashAttention-2's single
+
+  constexpr bool operator==(const FwdTileShape& o) const {
+    return block_m == o.block_m && block_n == o.block_n && warps == o.warps && kv_stages == o.kv_stages;
+  }
+  constexpr bool operator!=(const FwdTileShape& o) const { return !(*this == o); }
 };
 
-// Chosen for H100/H200 (and valid on A100: every shape's shared memory is ≤ 163 KB), after
-// FlashAttention-2's tuned shapes; see docs/kernels-sm80-forward.md. dtype and the mask do not
-// change the shape today; they are parameters so that they can.
-constexpr FwdTileShape fwd_tile_shape(int head_dim, DType /*dtype*/, bool /*masked*/) {
+// A GPU is "big_smem" when a block may opt in to at least this much shared memory (H100/H200:
+// 227 KB; A100: 163 KB; Ada: 99 KB). Shapes for such GPUs may use up to this much.
+inline constexpr std::size_t kFwdBigSmemBytes = 192 * 1024;
+
+// Experimental variants, chosen at build time (-DFLASHATTN_SM80_FWD_VARIANT=N, forward.cmake) so
+// that several can be timed side by side; 0 is the default and builds the tuned kernels below
+// unchanged. docs/kernels-sm80-forward.md ("What was tried") has what each is expected to move.
+#ifndef FLASHATTN_SM80_FWD_VARIANT
+#define FLASHATTN_SM80_FWD_VARIANT 0
+#endif
+
+struct FwdVariant {
+  bool d256_two_stages;     // D = 256 on big_smem GPUs: {128, 64, 8, 2}, 192 KB (K/V double-buffered)
+  bool d256_small_blocks;   // D = 256 on big_smem GPUs: {64, 64, 4, 2}, 96 KB, 2 blocks of 4 warps/SM
+  bool skip_idle_rescale;   // OnlineSoftmax: no O/ℓ rescale when no row max of the warp moved
+  bool d128_single_stage;   // D = 128: {128, 64, 4, 1}, 64 KB: FlashAttention-2's own shape
+  bool d128_masked_small;   // D = 128, masked: {64, 64, 4, 2}, 80 KB: half the diagonal waste
+};
+
+// Variant N's changes, in FwdVariant's field order; 5 and 6 combine 1 and 3 with 2.
+constexpr FwdVariant fwd_variant(int v) {
+  switch (v) {
+    case 1: return FwdVariant{true, false, false, false, false};
+    case 2: return FwdVariant{false, false, true, false, false};
+    case 3: return FwdVariant{false, true, false, false, false};
+    case 4: return FwdVariant{false, false, false, false, true};
+    case 5: return FwdVariant{true, false, true, false, false};
+    case 6: return FwdVariant{false, true, true, false, false};
+    case 7: return FwdVariant{false, false, false, true, false};
+    default: return FwdVariant{false, false, false, false, false};
+  }
+}
+inline constexpr FwdVariant kFwdVariant = fwd_variant(FLASHATTN_SM80_FWD_VARIANT);
+static_assert(FLASHATTN_SM80_FWD_VARIANT >= 0 && FLASHATTN_SM80_FWD_VARIANT <= 7,
+              "FLASHATTN_SM80_FWD_VARIANT: 0..7, see fwd_variant()");
+
+// Chosen for H100/H200 (and valid on A100: every shape's shared memory is ≤ 163 KB unless
+// big_smem), after FlashAttention-2's tuned shapes; see docs/kernels-sm80-forward.md. dtype does
+// not change the shape today; it is a parameter so that it can. `big_smem`: the GPU gives a block
+// kFwdBigSmemBytes (see above); a head dim whose big_smem shape differs gets both kernels compiled
+// and the launch picks by device.
+constexpr FwdTileShape fwd_tile_shape(int head_dim, DType /*dtype*/, bool masked, bool big_smem,
+                                      FwdVariant variant = kFwdVariant) {
   if (head_dim <= 64) return {128, 128, 4, 2};
-  if (head_dim <= 128) return {128, 64, 4, 2};
+  if (head_dim <= 128) {
+    if (variant.d128_masked_small && masked) return {64, 64, 4, 2};
+    if (variant.d128_single_stage) return {128, 64, 4, 1};
+    return {128, 64, 4, 2};
+  }
   if (head_dim <= 192) return {128, 64, 8, 2};
+  if (big_smem && variant.d256_two_stages) return {128, 64, 8, 2};
+  if (big_smem && variant.d256_small_blocks) return {64, 64, 4, 2};
   return {128, 64, 8, 1};
+}
+
+// Whether instance D has a second, big_smem-only shape (and so a second kernel).
+constexpr bool fwd_has_big_smem_shape(int head_dim, DType dtype, bool masked) {
+  return fwd_tile_shape(head_dim, dtype, masked, true) != fwd_tile_shape(head_dim, dtype, masked, false);
 }
 
 template <class Tag>
@@ -35,12 +90,14 @@ constexpr DType dtype_of() {
   return std::is_same_v<Tag, ptx::BF16> ? DType::bf16 : DType::f16;
 }
 
-template <class Tag_, int kHeadDim_, bool kMasked_>
+template <class Tag_, int kHeadDim_, bool kMasked_, bool kBigSmem_ = false>
 struct FwdTraits {
   using Tag = Tag_;                       // ptx::F16 or ptx::BF16
   static constexpr int kHeadDim = kHeadDim_;  // instance head dim D (tiles are D wide; d ≤ D runs here)
   static constexpr bool kMasked = kMasked_;   // causal / local window: block skipping + element masks
-  static constexpr FwdTileShape kShape = fwd_tile_shape(kHeadDim, dtype_of<Tag>(), kMasked);
+  static constexpr bool kBigSmem = kBigSmem_; // the shape for GPUs with kFwdBigSmemBytes per block
+  static constexpr FwdTileShape kShape = fwd_tile_shape(kHeadDim, dtype_of<Tag>(), kMasked, kBigSmem);
+  static constexpr bool kSkipIdleRescale = kFwdVariant.skip_idle_rescale;
 
   static constexpr int kBlockM = kShape.block_m;
   static constexpr int kBlockN = kShape.block_n;
@@ -63,12 +120,7 @@ struct FwdTraits {
   static constexpr uint32_t kKOffset = kQOffset + QTile::kBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * KVTile::kBytes;
   static constexpr std::size_t kSmemBytes = kVOffset + kStages * KVTile::kBytes;
+  static_assert(kSmemBytes <= (kBigSmem ? kFwdBigSmemBytes : std::size_t{163} * 1024));
 };
-
-// Shared memory of the instance that runs (dtype, head dim D, masked); for the host check.
-template <class Tag, int kHeadDim>
-constexpr std::size_t fwd_smem_bytes(bool masked) {
-  return masked ? FwdTraits<Tag, kHeadDim, true>::kSmemBytes : FwdTraits<Tag, kHeadDim, false>::kSmemBytes;
-}
 
 }  // namespace flashattn::cuda::sm80

@@ -8,7 +8,8 @@
 # whatever becomes the default.
 #
 #   FWD="1 2" BWD="3 9" scripts/gpu_variants.sh OUT_DIR
-# Environment: BUILD_ROOT (default /tmp/variants), HEADDIMS (default "64;128;256"), CUDA_ARCHS
+# Environment: BUILD_ROOT (default /tmp/variants), HEADDIMS (default "64;128;256"; FWD_HEADDIMS and
+# BWD_HEADDIMS narrow the variant builds), CUDA_ARCHS
 # (default 90a), FWD_BENCH_ARGS / BWD_BENCH_ARGS (bench_gpu.py flags for each direction's run),
 # STEPS (default build,bench: "build" alone leaves the libraries in BUILD_ROOT/libs for a later
 # "bench", so that other work can run between them).
@@ -23,10 +24,10 @@ LIBS="$BUILD_ROOT/libs"
 mkdir -p "$LIBS"
 export FLASHATTN_COMMIT=${FLASHATTN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
-build() {  # build NAME FWD_VARIANT BWD_VARIANT: its own build dir, so that all run at once
-  local start=$(date +%s) dir="$BUILD_ROOT/$1"
+build() {  # build NAME FWD_VARIANT BWD_VARIANT [HEADDIMS]: its own build dir, so that all run at once
+  local start=$(date +%s) dir="$BUILD_ROOT/$1" headdims=${4:-$HEADDIMS}
   { cmake -S . -B "$dir" -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS="$CUDA_ARCHS" \
-      -DFLASHATTN_HEADDIMS="$HEADDIMS" -DFLASHATTN_SM80_FWD_VARIANT="$2" -DFLASHATTN_SM80_BWD_VARIANT="$3" \
+      -DFLASHATTN_HEADDIMS="$headdims" -DFLASHATTN_SM80_FWD_VARIANT="$2" -DFLASHATTN_SM80_BWD_VARIANT="$3" \
       -DFLASHATTN_BUILD_TESTS=OFF -DFLASHATTN_BUILD_TOOLS=OFF -DFLASHATTN_BUILD_BENCH=OFF -DFLASHATTN_PTXAS_VERBOSE=ON &&
     cmake --build "$dir" --target flashattn_c -j 4; } >"$OUT/build_$1.log" 2>&1
   local rc=$?
@@ -37,8 +38,8 @@ build() {  # build NAME FWD_VARIANT BWD_VARIANT: its own build dir, so that all 
 STEPS=${STEPS:-build,bench}
 if [[ ",$STEPS," == *",build,"* ]]; then
   build base 0 0 &
-  for n in ${FWD:-}; do build "fwd$n" "$n" 0 & done
-  for n in ${BWD:-}; do build "bwd$n" 0 "$n" & done
+  for n in ${FWD:-}; do build "fwd$n" "$n" 0 "${FWD_HEADDIMS:-$HEADDIMS}" & done
+  for n in ${BWD:-}; do build "bwd$n" 0 "$n" "${BWD_HEADDIMS:-$HEADDIMS}" & done
   wait
   # The build logs (ptxas reports) go back as one archive.
   (cd "$OUT" && tar czf build_logs.tgz build_*.log && rm -f build_*.log)

@@ -6,7 +6,9 @@
 #   STEPS=build,test,sanitize,bench,cli scripts/gpu_check.sh OUT_DIR
 # Environment: BUILD_DIR (default build-gpu; reused when it exists), CUDA_ARCHS (default: the
 # visible GPU's, e.g. 90a on Hopper), JOBS, TEST_FILTER (ctest -R regex; default all: CPU cases take seconds on 16 cores),
-# SANITIZE_FILTER (gtest filter of the sanitizer subset of diff_test), BENCH_ARGS (extra bench_gpu.py flags).
+# SANITIZE_FILTER (gtest filter of the sanitizer subset of diff_test), BENCH_ARGS (extra bench_gpu.py flags),
+# CTEST_JOBS (default 4), PY_INSTALL (default 1; 0: the Python package is already installed, e.g. by a
+# pip install run in the background during the build).
 set -uo pipefail
 OUT=${1:?usage: gpu_check.sh OUT_DIR}
 mkdir -p "$OUT"
@@ -41,7 +43,7 @@ fi
 
 if has test; then
   log "GPU tests (ctest -R '$TEST_FILTER')"
-  ctest --test-dir "$BUILD_DIR" -R "$TEST_FILTER" -j 4 --output-on-failure --timeout 600 >"$OUT/ctest.log" 2>&1
+  ctest --test-dir "$BUILD_DIR" -R "$TEST_FILTER" -j "${CTEST_JOBS:-4}" --output-on-failure --timeout 600 >"$OUT/ctest.log" 2>&1
   status[test]=$?
   tail -5 "$OUT/ctest.log"
   grep -E "^\s*[0-9]+/[0-9]+ Test.*(Failed|Exception|Timeout)" "$OUT/ctest.log" | head -40
@@ -74,8 +76,8 @@ fi
 
 if has python; then
   log "Python package: build with CUDA, GPU tests"
-  { CMAKE_BUILD_PARALLEL_LEVEL=$JOBS python3 -m pip install -q --no-build-isolation --no-deps ./python \
-      -C cmake.define.FLASHATTN_CUDA=ON -C cmake.define.FLASHATTN_CUDA_ARCHS="$CUDA_ARCHS" &&
+  { if [ "${PY_INSTALL:-1}" = 1 ]; then CMAKE_BUILD_PARALLEL_LEVEL=$JOBS python3 -m pip install -q --no-build-isolation \
+      --no-deps ./python -C cmake.define.FLASHATTN_CUDA=ON -C cmake.define.FLASHATTN_CUDA_ARCHS="$CUDA_ARCHS"; fi &&
     { so=$(cd /tmp && python3 -c "import flashattn._C as c; print(c.__file__)");
       c++ --version | head -1; echo "CXX=${CXX:-} CXXFLAGS=${CXXFLAGS:-} LDFLAGS=${LDFLAGS:-}";
       echo "std:: symbols defined in $so: $(nm -D -C --defined-only "$so" | grep -c 'std::')"; ldd "$so"; true; } \

@@ -64,6 +64,8 @@ struct BwdLoopKnobs {
 FLASHATTN_HD constexpr BwdLoopKnobs bwd_loop_knobs(int variant) {
   //                                      regs   scalar interleave last   bases
   switch (variant) {
+    case 0: return BwdLoopKnobs{true, false, false, false, false};   // the default: variant 1 (measured best)
+    case 10: return BwdLoopKnobs{false, false, false, false, false};  // the default until 09c44f3
     case 1: return BwdLoopKnobs{true, false, false, false, false};
     case 2: return BwdLoopKnobs{false, true, false, false, false};
     case 3: return BwdLoopKnobs{false, false, true, false, false};

@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
       const float exp_mult = p.scores.exp_mult;
       // Knob rows_in_regs: the lane's LSE·log2e rows (and below D) read as one batch before the
       // loop that uses them, not one shared load per row inside it.
-      float lse_r[Sh::kMtS][2], dsum_r[Sh::kMtS][2];
+      float lse_r[Sh::kMtS][2] = {}, dsum_r[Sh::kMtS][2] = {};  // set below before use (knob on)
       const auto load_rows = [&](float(&dst)[Sh::kMtS][2], const float* src) {
 #pragma unroll
         for (int mi = 0; mi < Sh::kMtS; ++mi) {

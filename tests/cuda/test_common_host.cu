@@ -135,10 +135,10 @@ void check_traits() {
             << "D " << D << " variant " << v << " big_smem " << big_smem;
       }
     }
-    // The default table has no big_smem shape: variant 0 runs the same kernels on every GPU.
+    // In the default table only D = 256 has a big_smem shape (two 4-warp blocks per SM on Hopper).
     if (v == 0) {
-      EXPECT_FALSE(flashattn::cuda::sm80::fwd_has_big_smem_shape(D, flashattn::DType::bf16, false));
-      EXPECT_FALSE(flashattn::cuda::sm80::fwd_has_big_smem_shape(D, flashattn::DType::bf16, true));
+      EXPECT_EQ(flashattn::cuda::sm80::fwd_has_big_smem_shape(D, flashattn::DType::bf16, false), D == 256) << D;
+      EXPECT_EQ(flashattn::cuda::sm80::fwd_has_big_smem_shape(D, flashattn::DType::bf16, true), D == 256) << D;
     }
   }
   EXPECT_LE((FwdTraits<BF16, D, false>::kSmemBytes), 163u * 1024) << "D " << D << ": over A100's per-block limit";

@@ -38,7 +38,8 @@ inline constexpr std::size_t kFwdBigSmemBytes = 192 * 1024;
 
 struct FwdVariant {
   bool d256_two_stages;     // D = 256 on big_smem GPUs: {128, 64, 8, 2}, 192 KB (K/V double-buffered)
-  bool d256_small_blocks;   // D = 256 on big_smem GPUs: {64, 64, 4, 2}, 96 KB, 2 blocks of 4 warps/SM
+  bool d256_one_block;      // D = 256 on big_smem GPUs: {128, 64, 8, 1} as on A100 (the default until
+                            // 8bd8def) instead of {64, 64, 4, 1}
   bool skip_idle_rescale;   // OnlineSoftmax: no O/ℓ rescale when no row max of the warp moved
   bool d128_two_stages;     // D = 128: {128, 64, 4, 2}, 96 KB: the default until 09c44f3 (measured: ≤ 1% faster
                             // at 8k–16k non-causal, 1–4% slower at 512–4k, causal 2k/4k below FA2)
@@ -78,7 +79,11 @@ constexpr FwdTileShape fwd_tile_shape(int head_dim, DType /*dtype*/, bool masked
   }
   if (head_dim <= 192) return {128, 64, 8, 2};
   if (big_smem && variant.d256_two_stages) return {128, 64, 8, 2};
-  if (big_smem && variant.d256_small_blocks) return {64, 64, 4, 2};
+  // H100/H200: two independent blocks of 4 warps per SM (96 KB each), FlashAttention-2's own choice
+  // there (ncu of PyTorch's flash kernel: Flash_fwd_kernel_traits<256, 64, 64, 4>): one block's
+  // barriers and loads are covered by the other's math. A100 (164 KB per SM) fits one such block
+  // per SM, so it keeps the 8-warp 128-row block.
+  if (big_smem && !variant.d256_one_block) return {64, 64, 4, 1};
   return {128, 64, 8, 1};
 }
 

@@ -219,10 +219,9 @@ TEST(CudaCommon, WarpGemmQKandPVSmall) {
 // fully masked row) exactly when every rescale was right.
 constexpr int kSoftmaxTiles = 3, kSoftmaxKeys = 32;
 
-template <bool kSkipIdleRescale>
 __global__ void softmax_kernel(const float* scores, float exp_mult, float* acc_out, float* lse_out) {
   const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
-  OnlineSoftmax<1, kSkipIdleRescale> sm;
+  OnlineSoftmax<1> sm;
   sm.init();
   float acc[1][2][4] = {};
   for (int tile = 0; tile < kSoftmaxTiles; ++tile) {
@@ -247,28 +246,25 @@ __global__ void softmax_kernel(const float* scores, float exp_mult, float* acc_o
   }
 }
 
-// all_shrink: every row's max is in its first tile, so later tiles move no max (the skipped-rescale
-// path of kSkipIdleRescale); else a third of the rows grow every tile.
-template <bool kSkipIdleRescale>
-void check_online_softmax(bool all_shrink) {
+TEST(CudaCommon, OnlineSoftmaxRescaleAndMaskedRowsSmall) {
+  FA_REQUIRE_DEVICE();
   constexpr int kCols = kSoftmaxTiles * kSoftmaxKeys;
   std::mt19937 rng(11);
   std::normal_distribution<float> dist(0.f, 4.f);
   std::vector<float> s(16 * kCols);
   for (int r = 0; r < 16; ++r) {
     for (int c = 0; c < kCols; ++c) {
-      const bool grow = !all_shrink && r % 3 == 0;
-      float x = dist(rng) + (c / kSoftmaxKeys) * (grow ? 6.f : all_shrink ? -60.f : -6.f);  // max grows / shrinks
-      if (r == 1) x = -INFINITY;                                       // fully masked row
-      if (r == 2 && c < kSoftmaxKeys && !all_shrink) x = -INFINITY;    // masked in the first tile only
-      if (r == 3 && c >= kSoftmaxKeys) x = -INFINITY;                  // masked after the first tile
-      if (r == 4 && c % 5 != 0) x = -INFINITY;                         // sparse
+      float x = dist(rng) + (c / kSoftmaxKeys) * (r % 3 == 0 ? 6.f : -6.f);  // max grows / shrinks over tiles
+      if (r == 1) x = -INFINITY;                                          // fully masked row
+      if (r == 2 && c < kSoftmaxKeys) x = -INFINITY;                      // masked in the first tile only
+      if (r == 3 && c >= kSoftmaxKeys) x = -INFINITY;                     // masked after the first tile
+      if (r == 4 && c % 5 != 0) x = -INFINITY;                            // sparse
       s[r * kCols + c] = x;
     }
   }
   const float scale = 0.7f;
   fa_test::DeviceBuffer<float> ds(s), dacc(16 * 4), dlse(16);
-  softmax_kernel<kSkipIdleRescale><<<1, 32>>>(ds.ptr, scale * kLog2e, dacc.ptr, dlse.ptr);
+  softmax_kernel<<<1, 32>>>(ds.ptr, scale * kLog2e, dacc.ptr, dlse.ptr);
   FA_KERNEL_OK();
   const auto acc = dacc.download();
   const auto lse = dlse.download();
@@ -287,18 +283,6 @@ void check_online_softmax(bool all_shrink) {
       EXPECT_NEAR(lse[r], mx + std::log(sum), 1e-4 * (1 + std::fabs(mx))) << "row " << r;
     }
   }
-}
-
-TEST(CudaCommon, OnlineSoftmaxRescaleAndMaskedRowsSmall) {
-  FA_REQUIRE_DEVICE();
-  check_online_softmax<false>(false);
-  check_online_softmax<false>(true);
-}
-
-TEST(CudaCommon, OnlineSoftmaxSkipIdleRescaleSmall) {
-  FA_REQUIRE_DEVICE();
-  check_online_softmax<true>(false);
-  check_online_softmax<true>(true);
 }
 
 // ---- mask_accumulator ------------------------------------------------------------------------

@@ -120,26 +120,19 @@ void check_traits() {
   using flashattn::cuda::sm80::FwdTraits;
   using flashattn::cuda::sm80::fwd_tile_shape;
   using flashattn::ptx::BF16;
-  // Every variant's table (fwd_variant), not only the one this build compiled.
-  for (int v = 0; v <= 7; ++v) {
-    const auto variant = flashattn::cuda::sm80::fwd_variant(v);
-    for (bool masked : {false, true}) {
-      for (bool big_smem : {false, true}) {
-        const auto shape = fwd_tile_shape(D, flashattn::DType::bf16, masked, big_smem, variant);
-        EXPECT_EQ(shape.block_m % (16 * shape.warps), 0) << "D " << D << " variant " << v;
-        EXPECT_EQ(shape.block_n % 16, 0) << "D " << D << " variant " << v;
-        EXPECT_TRUE(shape.kv_stages == 1 || shape.kv_stages == 2) << "D " << D << " variant " << v;
-        // Q + stages × (K + V), 2-byte elements: A100's 163 KB per block unless big_smem.
-        const std::size_t smem = std::size_t{2} * D * (shape.block_m + 2 * shape.kv_stages * shape.block_n);
-        EXPECT_LE(smem, big_smem ? flashattn::cuda::sm80::kFwdBigSmemBytes : std::size_t{163} * 1024)
-            << "D " << D << " variant " << v << " big_smem " << big_smem;
-      }
+  for (bool masked : {false, true}) {
+    for (bool big_smem : {false, true}) {
+      const auto shape = fwd_tile_shape(D, flashattn::DType::bf16, masked, big_smem);
+      EXPECT_EQ(shape.block_m % (16 * shape.warps), 0) << "D " << D;
+      EXPECT_EQ(shape.block_n % 16, 0) << "D " << D;
+      EXPECT_TRUE(shape.kv_stages == 1 || shape.kv_stages == 2) << "D " << D;
+      // Q + stages × (K + V), 2-byte elements: A100's 163 KB per block unless big_smem.
+      const std::size_t smem = std::size_t{2} * D * (shape.block_m + 2 * shape.kv_stages * shape.block_n);
+      EXPECT_LE(smem, big_smem ? flashattn::cuda::sm80::kFwdBigSmemBytes : std::size_t{163} * 1024)
+          << "D " << D << " big_smem " << big_smem;
     }
-    // In the default table only D = 256 has a big_smem shape (two 4-warp blocks per SM on Hopper).
-    if (v == 0) {
-      EXPECT_EQ(flashattn::cuda::sm80::fwd_has_big_smem_shape(D, flashattn::DType::bf16, false), D == 256) << D;
-      EXPECT_EQ(flashattn::cuda::sm80::fwd_has_big_smem_shape(D, flashattn::DType::bf16, true), D == 256) << D;
-    }
+    // Only D = 256 has a big_smem shape (two 4-warp blocks per SM on Hopper).
+    EXPECT_EQ(flashattn::cuda::sm80::fwd_has_big_smem_shape(D, flashattn::DType::bf16, masked), D == 256) << D;
   }
   EXPECT_LE((FwdTraits<BF16, D, false>::kSmemBytes), 163u * 1024) << "D " << D << ": over A100's per-block limit";
   EXPECT_LE((FwdTraits<BF16, D, true>::kSmemBytes), 163u * 1024) << "D " << D;
@@ -155,17 +148,16 @@ TEST(CudaFwdTraits, ShapesFitEveryArch) {
   check_traits<256>();
 }
 
-// Variant 1 (the candidate default): D = 256 double-buffers K/V where a block may have 192 KB, and
-// keeps FlashAttention-2's single-stage 128 KB shape everywhere else (A100).
+// D = 256 runs two 4-warp blocks of 96 KB per SM where a block may have 192 KB (H100/H200: two fit
+// in 228 KB per SM), and FlashAttention-2's single 8-warp 128 KB block everywhere else (A100).
 TEST(CudaFwdTraits, BigSmemShapeOfHeadDim256) {
   using flashattn::cuda::sm80::fwd_tile_shape;
   using flashattn::cuda::sm80::FwdTileShape;
-  const auto v1 = flashattn::cuda::sm80::fwd_variant(1);
   for (bool masked : {false, true}) {
-    EXPECT_EQ(fwd_tile_shape(256, flashattn::DType::bf16, masked, true, v1), (FwdTileShape{128, 64, 8, 2}));
-    EXPECT_EQ(fwd_tile_shape(256, flashattn::DType::bf16, masked, false, v1), (FwdTileShape{128, 64, 8, 1}));
-    EXPECT_EQ(fwd_tile_shape(128, flashattn::DType::bf16, masked, true, v1),
-              fwd_tile_shape(128, flashattn::DType::bf16, masked, false, v1));
+    EXPECT_EQ(fwd_tile_shape(256, flashattn::DType::bf16, masked, true), (FwdTileShape{64, 64, 4, 1}));
+    EXPECT_EQ(fwd_tile_shape(256, flashattn::DType::bf16, masked, false), (FwdTileShape{128, 64, 8, 1}));
+    EXPECT_EQ(fwd_tile_shape(128, flashattn::DType::bf16, masked, true),
+              fwd_tile_shape(128, flashattn::DType::bf16, masked, false));
   }
 }
 

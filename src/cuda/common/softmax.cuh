@@ -33,10 +33,7 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(kFullWarp, x, 2);
 }
 
-// kSkipIdleRescale: when no row max of the warp moved in a tile (every factor would be exactly 1),
-// skip the rescale of O and ℓ behind a warp-uniform branch (one vote per tile). Long rows see a new
-// max ever more rarely, and the multiply is kDTiles·4 FMUL per m-tile per tile.
-template <int kMTiles, bool kSkipIdleRescale = false>
+template <int kMTiles>
 struct OnlineSoftmax {
   float row_max[kMTiles][2];  // running max m per row (score units)
   float row_sum[kMTiles][2];  // running ℓ per row, this thread's columns only
@@ -57,52 +54,6 @@ struct OnlineSoftmax {
   template <int kNTiles, int kDTiles>
   __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4], float (&acc)[kMTiles][kDTiles][4],
                                          float exp_mult) {
-    if constexpr (kSkipIdleRescale) {
-      update_skipping_idle_rescale(s, acc, exp_mult);
-    } else {
-#pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          float m = row_max[mi][half];
-#pragma unroll
-          for (int ni = 0; ni < kNTiles; ++ni) {
-            m = fmaxf(m, fmaxf(s[mi][ni][2 * half], s[mi][ni][2 * half + 1]));
-          }
-          m = quad_max(m);
-          const float offset = m == -kInfinity ? 0.f : m * exp_mult;  // exponent offset, base 2
-          const float rescale = ptx::exp2_approx(row_max[mi][half] * exp_mult - offset);
-          row_max[mi][half] = m;
-          float sum = row_sum[mi][half] * rescale;
-#pragma unroll
-          for (int di = 0; di < kDTiles; ++di) {
-            acc[mi][di][2 * half] *= rescale;
-            acc[mi][di][2 * half + 1] *= rescale;
-          }
-#pragma unroll
-          for (int ni = 0; ni < kNTiles; ++ni) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float p = ptx::exp2_approx(fmaf(s[mi][ni][2 * half + e], exp_mult, -offset));
-              s[mi][ni][2 * half + e] = p;
-              sum += p;
-            }
-          }
-          row_sum[mi][half] = sum;
-        }
-      }
-    }
-  }
-
-  // update() with the rescale skipped when the warp's maxes all stayed. Exact: the skipped factor
-  // is exactly 1 (update() computes it as exp2(m·mult − m·mult), which FMA contraction can round to
-  // 1 ± an ulp), or it would multiply zeros while a row has seen only −inf; a NaN max compares
-  // unequal and takes the rescale path. All rows' maxes come first so that one vote decides per tile.
-  template <int kNTiles, int kDTiles>
-  __device__ __forceinline__ void update_skipping_idle_rescale(float (&s)[kMTiles][kNTiles][4],
-                                                               float (&acc)[kMTiles][kDTiles][4], float exp_mult) {
-    float new_max[kMTiles][2];
-    bool moved = false;
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
@@ -112,35 +63,16 @@ struct OnlineSoftmax {
         for (int ni = 0; ni < kNTiles; ++ni) {
           m = fmaxf(m, fmaxf(s[mi][ni][2 * half], s[mi][ni][2 * half + 1]));
         }
-        new_max[mi][half] = quad_max(m);
-        moved |= !(new_max[mi][half] == row_max[mi][half]);
-      }
-    }
-    if (__any_sync(kFullWarp, moved)) {
+        m = quad_max(m);
+        const float offset = m == -kInfinity ? 0.f : m * exp_mult;  // exponent offset, base 2
+        const float rescale = ptx::exp2_approx(row_max[mi][half] * exp_mult - offset);
+        row_max[mi][half] = m;
+        float sum = row_sum[mi][half] * rescale;
 #pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const float m = new_max[mi][half];
-          const float offset = m == -kInfinity ? 0.f : m * exp_mult;
-          const float rescale = ptx::exp2_approx(row_max[mi][half] * exp_mult - offset);
-          row_sum[mi][half] *= rescale;
-#pragma unroll
-          for (int di = 0; di < kDTiles; ++di) {
-            acc[mi][di][2 * half] *= rescale;
-            acc[mi][di][2 * half + 1] *= rescale;
-          }
-          row_max[mi][half] = m;
+        for (int di = 0; di < kDTiles; ++di) {
+          acc[mi][di][2 * half] *= rescale;
+          acc[mi][di][2 * half + 1] *= rescale;
         }
-      }
-    }
-#pragma unroll
-    for (int mi = 0; mi < kMTiles; ++mi) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float m = row_max[mi][half];
-        const float offset = m == -kInfinity ? 0.f : m * exp_mult;
-        float sum = row_sum[mi][half];
 #pragma unroll
         for (int ni = 0; ni < kNTiles; ++ni) {
 #pragma unroll

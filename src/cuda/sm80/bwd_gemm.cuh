@@ -23,7 +23,6 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/common/smem_tile.cuh"
 #include "cuda/common/warp_gemm.cuh"
@@ -45,34 +44,6 @@ template <class T>
 __device__ __forceinline__ T* opaque(T* x) {
   asm volatile("" : "+l"(x));
   return x;
-}
-
-// gemm_atb_hooked's k-steps kk .. kKSteps − 1 (a compile-time recursion, so the hook's step is a constant).
-template <class Tag, class ATile, class BTile, int kMTiles, int kNTiles, int kKSteps, int kk, class Hook>
-__device__ __forceinline__ void gemm_atb_from(float (&acc)[kMTiles][kNTiles][4], uint32_t a_tile, int a_col0,
-                                              uint32_t b_tile, int b_col0, int lane, const Hook& hook) {
-  static_assert(kNTiles % 2 == 0, "B is fetched two n-tiles per ldmatrix.x4.trans");
-  if constexpr (kk < kKSteps) {
-    const LdsmAddr<ATile> a_addr(a_tile, lane % 8 + 8 * (lane / 16), a_col0 / kChunkElems + (lane / 8) % 2);
-    const LdsmAddr<BTile> b_addr(b_tile, lane % 16, b_col0 / kChunkElems + lane / 16);
-    uint32_t a[kMTiles][4];
-#pragma unroll
-    for (int mi = 0; mi < kMTiles; ++mi) ptx::ldmatrix_x4_trans(a[mi], a_addr.at(16 * kk, 2 * mi));
-#pragma unroll
-    for (int np = 0; np < kNTiles / 2; ++np) {
-      uint32_t b[4];
-      ptx::ldmatrix_x4_trans(b, b_addr.at(16 * kk, 2 * np));
-      const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
-#pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi) {
-        ptx::mma_m16n8k16<Tag>(acc[mi][2 * np], a[mi], b_lo);
-        ptx::mma_m16n8k16<Tag>(acc[mi][2 * np + 1], a[mi], b_hi);
-      }
-    }
-    hook(std::integral_constant<int, kk>{});
-    gemm_atb_from<Tag, ATile, BTile, kMTiles, kNTiles, kKSteps, kk + 1>(acc, a_tile, a_col0, b_tile, b_col0, lane,
-                                                                        hook);
-  }
 }
 
 // C[mi][ni] += Σ_k A(k, a_col0 + 16mi ..)·B(k, b_col0 + 8ni ..) over k = 0 .. 16·kKSteps.
@@ -99,15 +70,6 @@ __device__ __forceinline__ void gemm_atb(float (&acc)[kMTiles][kNTiles][4], uint
       }
     }
   }
-}
-
-// gemm_atb with hook(std::integral_constant<int, kk>{}) run after k-step kk's mma: a place to spread other work
-// (the dQ reds of FLASHATTN_SM80_BWD_VARIANT's interleaved variants) over the product instead of
-// issuing it as one burst. kk is a compile-time constant (the recursion above).
-template <class Tag, class ATile, class BTile, int kMTiles, int kNTiles, int kKSteps, class Hook>
-__device__ __forceinline__ void gemm_atb_hooked(float (&acc)[kMTiles][kNTiles][4], uint32_t a_tile, int a_col0,
-                                                uint32_t b_tile, int b_col0, int lane, const Hook& hook) {
-  gemm_atb_from<Tag, ATile, BTile, kMTiles, kNTiles, kKSteps, 0>(acc, a_tile, a_col0, b_tile, b_col0, lane, hook);
 }
 
 // C[mi][ni] += Σ_k A(a_row0 + 16mi .., k)·B(k, b_col0 + 8ni ..) over k = 0 .. 16·kKSteps.

@@ -50,36 +50,11 @@
 
 namespace flashattn::cuda::sm80 {
 
-// Main-loop variants for side-by-side timing, chosen at build time (CMake's
-// FLASHATTN_SM80_BWD_VARIANT; docs/kernels-sm80-backward.md, "What was tried", has what each is
-// expected to move). Variant 0 is the default kernel; every knob keeps the gradients exact.
-struct BwdLoopKnobs {
-  bool rows_in_regs = false;  // LSE·log2e and D of the lane's rows into registers after the top barrier
-  bool scalar_red = false;    // dQ: two red.global.add.f32 per column pair instead of one .v2
-  bool dq_interleave = false; // dQ GEMM before dK; its reds spread over dK's k-steps
-  bool dq_last = false;       // order dV, dK, dQ (+ reds): the reds drain during the next step's top
-  bool store_bases = false;   // P/dS stores from kNtS per-lane bases + compile-time row offsets
-                              // (tiles without remat_lane only: with it, hdim 128 spilled 36-48 B)
-};
-FLASHATTN_HD constexpr BwdLoopKnobs bwd_loop_knobs(int variant) {
-  //                                      regs   scalar interleave last   bases
-  switch (variant) {
-    case 0: return BwdLoopKnobs{true, false, false, false, false};   // the default: variant 1 (measured best)
-    case 10: return BwdLoopKnobs{false, false, false, false, false};  // the default until 09c44f3
-    case 1: return BwdLoopKnobs{true, false, false, false, false};
-    case 2: return BwdLoopKnobs{false, true, false, false, false};
-    case 3: return BwdLoopKnobs{false, false, true, false, false};
-    case 4: return BwdLoopKnobs{false, false, false, true, false};
-    case 5: return BwdLoopKnobs{false, false, false, false, true};
-    case 6: return BwdLoopKnobs{true, false, true, false, false};
-    case 7: return BwdLoopKnobs{true, false, false, true, false};
-    case 8: return BwdLoopKnobs{true, false, true, false, true};
-    case 9: return BwdLoopKnobs{false, true, true, false, false};
-    default: return BwdLoopKnobs{};
-  }
-}
-inline constexpr BwdLoopKnobs kBwdKnobs = bwd_loop_knobs(FLASHATTN_SM80_BWD_VARIANT);
-static_assert(!(kBwdKnobs.dq_interleave && kBwdKnobs.dq_last), "the dQ reds go either into dK or after it");
+// Build-time variants of the main loop, for side-by-side timing (CMake's FLASHATTN_SM80_BWD_VARIANT,
+// scripts/gpu_variants.sh): none at present. The last set (LSE/D rows in registers — now the
+// default —, scalar dQ reds, dQ reds interleaved with dK, reordering, store addressing) was measured
+// on the H200 and removed; docs/kernels-sm80-backward.md has the figures and the commit that had them.
+static_assert(FLASHATTN_SM80_BWD_VARIANT == 0, "FLASHATTN_SM80_BWD_VARIANT: no backward variants at present");
 
 // Everything compile-time about one instance: the tile, the warp tiles of each product, and the
 // shared-memory carve-up.
@@ -144,7 +119,6 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   using TileK = typename Sh::TileK;
   using TileP = typename Sh::TileP;
   constexpr int kD = Sh::kD, kBM = Sh::kBM, kBN = Sh::kBN, kStages = Sh::kStages;
-  constexpr bool kStoreBases = kBwdKnobs.store_bases && !Sh::kTile.remat_lane;
 
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -250,9 +224,10 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
       transform_scores(acc_s, p.scores);
       if (mask.tile_needs_mask(m0, kBM, n0, kBN)) mask_accumulator(acc_s, mask, m0 + s_row0, n0 + s_col0, lane);
       const float exp_mult = p.scores.exp_mult;
-      // Knob rows_in_regs: the lane's LSE·log2e rows (and below D) read as one batch before the
-      // loop that uses them, not one shared load per row inside it.
-      float lse_r[Sh::kMtS][2] = {}, dsum_r[Sh::kMtS][2] = {};  // set below before use (knob on)
+      // The lane's LSE·log2e rows (and below, D) are read as one batch before the loop that uses
+      // them, not one shared load per row inside it: one exposed shared-memory latency instead of
+      // one per row (measured +1…+7 %, most at hdim 64, where a warp's S tile has 64 rows).
+      float lse_r[Sh::kMtS][2], dsum_r[Sh::kMtS][2];
       const auto load_rows = [&](float(&dst)[Sh::kMtS][2], const float* src) {
 #pragma unroll
         for (int mi = 0; mi < Sh::kMtS; ++mi) {
@@ -260,46 +235,15 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
           for (int half = 0; half < 2; ++half) dst[mi][half] = src[s_row0 + 16 * mi + 8 * half + g];
         }
       };
-      if constexpr (kBwdKnobs.rows_in_regs) load_rows(lse_r, s_lse);
-      const auto row_lse = [&](int mi, int half, int r) {
-        if constexpr (kBwdKnobs.rows_in_regs) {
-          return lse_r[mi][half];
-        } else {
-          return s_lse[r];
-        }
-      };
-      const auto row_dsum = [&](int mi, int half, int r) {
-        if constexpr (kBwdKnobs.rows_in_regs) {
-          return dsum_r[mi][half];
-        } else {
-          return s_dsum[r];
-        }
-      };
-      // Byte offset in P's (and dS's) tile of this lane's column pair of n-tile ni in row r =
-      // s_row0 + 16mi + 8half + g. Knob store_bases: one per-lane base per n-tile (computed before
-      // each store loop) plus a compile-time row offset (the swizzle repeats every 8 rows), not a
-      // swizzle per store.
-      uint32_t p_base[Sh::kNtS];
-      const auto make_p_bases = [&] {
-        if constexpr (kStoreBases) {
-#pragma unroll
-          for (int ni = 0; ni < Sh::kNtS; ++ni) p_base[ni] = TileP::elem_offset(s_row0 + g, s_col0 + 8 * ni + 2 * t);
-        }
-      };
-      const auto p_offset = [&](int mi, int half, int r, int ni) -> uint32_t {
-        if constexpr (kStoreBases) {
-          return p_base[ni] + static_cast<uint32_t>((16 * mi + 8 * half) * TileP::kChunksPerRow * kChunkBytes);
-        } else {
-          return TileP::elem_offset(r, s_col0 + 8 * ni + 2 * t);
-        }
-      };
-      make_p_bases();
+      load_rows(lse_r, s_lse);
+      // Byte offset in P's (and dS's) tile of this lane's column pair of n-tile ni in row r.
+      const auto p_offset = [&](int r, int ni) -> uint32_t { return TileP::elem_offset(r, s_col0 + 8 * ni + 2 * t); };
 #pragma unroll
       for (int mi = 0; mi < Sh::kMtS; ++mi) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int r = s_row0 + 16 * mi + 8 * half + g;
-          const float neg_lse = -row_lse(mi, half, r);
+          const float neg_lse = -lse_r[mi][half];
 #pragma unroll
           for (int ni = 0; ni < Sh::kNtS; ++ni) {
             float* x = &acc_s[mi][ni][2 * half];
@@ -309,7 +253,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
               x[0] = p0;
               x[1] = p1;
             }
-            *reinterpret_cast<uint32_t*>(smem + Sh::kOffP + p_offset(mi, half, r, ni)) = ptx::pack2<Elem>(p0, p1);
+            *reinterpret_cast<uint32_t*>(smem + Sh::kOffP + p_offset(r, ni)) = ptx::pack2<Elem>(p0, p1);
           }
         }
       }
@@ -319,15 +263,14 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
         float acc_dp[Sh::kMtS][Sh::kNtS][4] = {};
         gemm_ss<Elem, TileQ, TileK, Sh::kMtS, Sh::kNtS, kD / 16>(acc_dp, ldsm_a_addr<TileQ>(s_do, s_row0, lane),
                                                                  ldsm_b_addr<TileK>(s_v, s_col0, lane), 0);
-        if constexpr (kBwdKnobs.rows_in_regs) load_rows(dsum_r, s_dsum);
-        make_p_bases();
+        load_rows(dsum_r, s_dsum);
 #pragma unroll
         for (int mi = 0; mi < Sh::kMtS; ++mi) {
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const int r = s_row0 + 16 * mi + 8 * half + g;
-            const float dsum = row_dsum(mi, half, r);
-            const float lse = kSoftcap ? row_lse(mi, half, r) : 0.f;
+            const float dsum = dsum_r[mi][half];
+            const float lse = kSoftcap ? lse_r[mi][half] : 0.f;
 #pragma unroll
             for (int ni = 0; ni < Sh::kNtS; ++ni) {
               float ds[2];
@@ -342,8 +285,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
                   ds[e] *= fmaf(-th, th, 1.f);
                 }
               }
-              *reinterpret_cast<uint32_t*>(smem + Sh::kOffDs + p_offset(mi, half, r, ni)) =
-                  ptx::pack2<Elem>(ds[0], ds[1]);
+              *reinterpret_cast<uint32_t*>(smem + Sh::kOffDs + p_offset(r, ni)) = ptx::pack2<Elem>(ds[0], ds[1]);
             }
           }
         }
@@ -369,94 +311,45 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
         }
       }
 
-      // ---- dQ = dS·K, added into the fp32 workspace; dK += dSᵀ·Q ----------------------------------
-      // The reds of dQ go out as one burst after its GEMM (default), spread over dK's k-steps
-      // (knob dq_interleave), or after dK (knob dq_last: they drain during the next step's top).
-      float acc_dq[Sh::kMtQ][Sh::kNtQ][4] = {};
-      // This lane's first element; every other one is a compile-time offset from it. Columns at
-      // or past hdim_qk (a multiple of 8: whole n-tiles) are zero and not added.
-      float* dq_lane;
-      int cols_left;
-      const auto dq_gemm = [&] {
+      // ---- dQ += dS·K, into the fp32 workspace ---------------------------------------------------
+      {
+        float acc_dq[Sh::kMtQ][Sh::kNtQ][4] = {};
         gemm_ab<Elem, TileP, TileK, Sh::kMtQ, Sh::kNtQ, kBN / 16>(acc_dq, s_ds, q_row0, s_k, q_col0, lane);
-        dq_lane = opaque(p.dq_accum + (step.hq * p.ws_rows + ws_row0 + m0 + q_row0 + g) * kD + q_col0 + 2 * t);
-        cols_left = p.hdim_qk - q_col0;
-      };
-      // Reds j ∈ [kLo, kHi) of the lane's kMtQ·2·kNtQ column pairs, j = (2mi + half)·kNtQ + ni.
-      constexpr int kReds = Sh::kMtQ * 2 * Sh::kNtQ;
-      const auto add_dq = [&](auto all_columns, auto lo, auto hi) {
+        // This lane's first element; every other one is a compile-time offset from it. Columns at
+        // or past hdim_qk (a multiple of 8: whole n-tiles) are zero and not added.
+        float* dq_lane =
+            opaque(p.dq_accum + (step.hq * p.ws_rows + ws_row0 + m0 + q_row0 + g) * kD + q_col0 + 2 * t);
+        const int cols_left = p.hdim_qk - q_col0;
+        const auto add_dq = [&](auto all_columns) {
 #pragma unroll
-        for (int mi = 0; mi < Sh::kMtQ; ++mi) {
+          for (int mi = 0; mi < Sh::kMtQ; ++mi) {
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
+            for (int half = 0; half < 2; ++half) {
 #pragma unroll
-            for (int ni = 0; ni < Sh::kNtQ; ++ni) {
-              const int j = (2 * mi + half) * Sh::kNtQ + ni;
-              if (j >= decltype(lo)::value && j < decltype(hi)::value &&
-                  (decltype(all_columns)::value || 8 * ni < cols_left)) {
-                float* dst = dq_lane + (16 * mi + 8 * half) * kD + 8 * ni;
-                if constexpr (kBwdKnobs.scalar_red) {
-                  ptx::red_add_f32(dst, acc_dq[mi][ni][2 * half]);
-                  ptx::red_add_f32(dst + 1, acc_dq[mi][ni][2 * half + 1]);
-                } else {
-                  ptx::red_add_v2_f32(dst, acc_dq[mi][ni][2 * half], acc_dq[mi][ni][2 * half + 1]);
+              for (int ni = 0; ni < Sh::kNtQ; ++ni) {
+                if (decltype(all_columns)::value || 8 * ni < cols_left) {
+                  ptx::red_add_v2_f32(dq_lane + (16 * mi + 8 * half) * kD + 8 * ni, acc_dq[mi][ni][2 * half],
+                                      acc_dq[mi][ni][2 * half + 1]);
                 }
               }
             }
           }
-        }
-      };
-      using Zero = std::integral_constant<int, 0>;
-      using All = std::integral_constant<int, kReds>;
-      const auto add_dq_all = [&] {
-        if (cols_left >= Sh::kTdQ) {
-          add_dq(std::true_type{}, Zero{}, All{});  // the common case: no per-add branch
-        } else {
-          add_dq(std::false_type{}, Zero{}, All{});
-        }
-      };
-      const auto dk_gemm = [&] {
-        gemm_atb<Elem, TileP, TileQ, Sh::kMtKV, Sh::kNtKV, kBM / 16>(acc_dk, s_ds, kv_row0, s_q, kv_col0, lane);
-      };
-      const auto reload_q = [&] {
-        if constexpr (kStages == 1) {
-          if (it + 1 < steps) {
-            __syncthreads();  // everyone is done with Q
-            load_q(step_of(it + 1), 0);
-            ptx::cp_async_commit();
-          }
-        }
-      };
-
-      // Interleaving keeps dQ's accumulators live through dK: only where they are few (≤ 16 reds
-      // per lane: hdim ≤ 128; hdim 256's 32 spill).
-      if constexpr (kBwdKnobs.dq_interleave && kReds <= 16) {
-        dq_gemm();
-        // After dK's k-step kk, the reds kk·kReds/kKSteps .. (kk + 1)·kReds/kKSteps − 1.
-        constexpr int kKSteps = kBM / 16;
-        const auto dk_with_reds = [&](auto all_columns) {
-          gemm_atb_hooked<Elem, TileP, TileQ, Sh::kMtKV, Sh::kNtKV, kKSteps>(
-              acc_dk, s_ds, kv_row0, s_q, kv_col0, lane, [&](auto kk) {
-                add_dq(all_columns, std::integral_constant<int, decltype(kk)::value * kReds / kKSteps>{},
-                       std::integral_constant<int, (decltype(kk)::value + 1) * kReds / kKSteps>{});
-              });
         };
         if (cols_left >= Sh::kTdQ) {
-          dk_with_reds(std::true_type{});
+          add_dq(std::true_type{});  // the common case: no per-add branch
         } else {
-          dk_with_reds(std::false_type{});
+          add_dq(std::false_type{});
         }
-        reload_q();
-      } else if constexpr (kBwdKnobs.dq_last) {
-        dk_gemm();
-        reload_q();
-        dq_gemm();
-        add_dq_all();
-      } else {
-        dq_gemm();
-        add_dq_all();
-        dk_gemm();
-        reload_q();
+      }
+
+      // ---- dK += dSᵀ·Q --------------------------------------------------------------------------
+      gemm_atb<Elem, TileP, TileQ, Sh::kMtKV, Sh::kNtKV, kBM / 16>(acc_dk, s_ds, kv_row0, s_q, kv_col0, lane);
+      if constexpr (kStages == 1) {
+        if (it + 1 < steps) {
+          __syncthreads();  // everyone is done with Q
+          load_q(step_of(it + 1), 0);
+          ptx::cp_async_commit();
+        }
       }
     }
     if (p.deterministic) {

@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const __grid_cons
     for (int di = 0; di < kDTiles; ++di)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[mi][di][c] = 0.f;
-  OnlineSoftmax<kMTiles, Traits::kSkipIdleRescale> softmax;
+  OnlineSoftmax<kMTiles> softmax;
   softmax.init();
   const ScoreTransform scores = p.scores;
 

@@ -29,61 +29,31 @@ struct FwdTileShape {
 // 227 KB; A100: 163 KB; Ada: 99 KB). Shapes for such GPUs may use up to this much.
 inline constexpr std::size_t kFwdBigSmemBytes = 192 * 1024;
 
-// Experimental variants, chosen at build time (-DFLASHATTN_SM80_FWD_VARIANT=N, forward.cmake) so
-// that several can be timed side by side; 0 is the default and builds the tuned kernels below
-// unchanged. docs/kernels-sm80-forward.md ("What was tried") has what each is expected to move.
+// Build-time variants for side-by-side timing (-DFLASHATTN_SM80_FWD_VARIANT=N, forward.cmake;
+// scripts/gpu_variants.sh): none at present. The last set (two K/V stages at D = 256, skipping idle
+// O rescales, other D = 128 and D = 256 shapes) was measured on the H200 and removed;
+// docs/kernels-sm80-forward.md ("Build variants") has the figures and the commit that had them.
 #ifndef FLASHATTN_SM80_FWD_VARIANT
 #define FLASHATTN_SM80_FWD_VARIANT 0
 #endif
-
-struct FwdVariant {
-  bool d256_two_stages;     // D = 256 on big_smem GPUs: {128, 64, 8, 2}, 192 KB (K/V double-buffered)
-  bool d256_one_block;      // D = 256 on big_smem GPUs: {128, 64, 8, 1} as on A100 (the default until
-                            // 8bd8def) instead of {64, 64, 4, 1}
-  bool skip_idle_rescale;   // OnlineSoftmax: no O/ℓ rescale when no row max of the warp moved
-  bool d128_two_stages;     // D = 128: {128, 64, 4, 2}, 96 KB: the default until 09c44f3 (measured: ≤ 1% faster
-                            // at 8k–16k non-causal, 1–4% slower at 512–4k, causal 2k/4k below FA2)
-  bool d128_masked_small;   // D = 128, masked: {64, 64, 4, 2}, 80 KB: half the diagonal waste
-};
-
-// Variant N's changes, in FwdVariant's field order; 5 and 6 combine 1 and 3 with 2.
-constexpr FwdVariant fwd_variant(int v) {
-  switch (v) {
-    case 1: return FwdVariant{true, false, false, false, false};
-    case 2: return FwdVariant{false, false, true, false, false};
-    case 3: return FwdVariant{false, true, false, false, false};
-    case 4: return FwdVariant{false, false, false, false, true};
-    case 5: return FwdVariant{true, false, true, false, false};
-    case 6: return FwdVariant{false, true, true, false, false};
-    case 7: return FwdVariant{false, false, false, true, false};  // the previous D = 128 default
-    default: return FwdVariant{false, false, false, false, false};
-  }
-}
-inline constexpr FwdVariant kFwdVariant = fwd_variant(FLASHATTN_SM80_FWD_VARIANT);
-static_assert(FLASHATTN_SM80_FWD_VARIANT >= 0 && FLASHATTN_SM80_FWD_VARIANT <= 7,
-              "FLASHATTN_SM80_FWD_VARIANT: 0..7, see fwd_variant()");
+static_assert(FLASHATTN_SM80_FWD_VARIANT == 0, "FLASHATTN_SM80_FWD_VARIANT: no forward variants at present");
 
 // Chosen for H100/H200 (and valid on A100: every shape's shared memory is ≤ 163 KB unless
 // big_smem), after FlashAttention-2's tuned shapes; see docs/kernels-sm80-forward.md. dtype does
 // not change the shape today; it is a parameter so that it can. `big_smem`: the GPU gives a block
 // kFwdBigSmemBytes (see above); a head dim whose big_smem shape differs gets both kernels compiled
 // and the launch picks by device.
-constexpr FwdTileShape fwd_tile_shape(int head_dim, DType /*dtype*/, bool masked, bool big_smem,
-                                      FwdVariant variant = kFwdVariant) {
+constexpr FwdTileShape fwd_tile_shape(int head_dim, DType /*dtype*/, bool /*masked*/, bool big_smem) {
   if (head_dim <= 64) return {128, 128, 4, 2};
-  if (head_dim <= 128) {
-    if (variant.d128_masked_small && masked) return {64, 64, 4, 2};
-    // FlashAttention-2's shape: 64 KB, single-buffered K/V, 2 blocks per SM on H100/H200 and A100.
-    if (variant.d128_two_stages) return {128, 64, 4, 2};
-    return {128, 64, 4, 1};
-  }
+  // FlashAttention-2's shape: 64 KB, single-buffered K/V, 2 blocks per SM on H100/H200 and A100
+  // (double-buffered, 96 KB, measured 1–4 % slower at 512–4k on the H200).
+  if (head_dim <= 128) return {128, 64, 4, 1};
   if (head_dim <= 192) return {128, 64, 8, 2};
-  if (big_smem && variant.d256_two_stages) return {128, 64, 8, 2};
   // H100/H200: two independent blocks of 4 warps per SM (96 KB each), FlashAttention-2's own choice
   // there (ncu of PyTorch's flash kernel: Flash_fwd_kernel_traits<256, 64, 64, 4>): one block's
   // barriers and loads are covered by the other's math. A100 (164 KB per SM) fits one such block
   // per SM, so it keeps the 8-warp 128-row block.
-  if (big_smem && !variant.d256_one_block) return {64, 64, 4, 1};
+  if (big_smem) return {64, 64, 4, 1};
   return {128, 64, 8, 1};
 }
 
@@ -104,7 +74,6 @@ struct FwdTraits {
   static constexpr bool kMasked = kMasked_;   // causal / local window: block skipping + element masks
   static constexpr bool kBigSmem = kBigSmem_; // the shape for GPUs with kFwdBigSmemBytes per block
   static constexpr FwdTileShape kShape = fwd_tile_shape(kHeadDim, dtype_of<Tag>(), kMasked, kBigSmem);
-  static constexpr bool kSkipIdleRescale = kFwdVariant.skip_idle_rescale;
 
   static constexpr int kBlockM = kShape.block_m;
   static constexpr int kBlockN = kShape.block_n;

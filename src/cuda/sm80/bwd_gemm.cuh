@@ -22,7 +22,10 @@
 // period.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "cuda/common/smem_tile.cuh"
 #include "cuda/common/warp_gemm.cuh"
@@ -46,30 +49,61 @@ __device__ __forceinline__ T* opaque(T* x) {
   return x;
 }
 
+// k-step kk of gemm_atb: C[mi][ni] += Σ_{k in 16kk ..} A(k, 16mi ..)·B(k, 8ni ..).
+template <class Tag, class ATile, class BTile, int kMTiles, int kNTiles>
+__device__ __forceinline__ void gemm_atb_step(float (&acc)[kMTiles][kNTiles][4], const LdsmAddr<ATile>& a_addr,
+                                              const LdsmAddr<BTile>& b_addr, int kk) {
+  static_assert(kNTiles % 2 == 0, "B is fetched two n-tiles per ldmatrix.x4.trans");
+  uint32_t a[kMTiles][4];
+#pragma unroll
+  for (int mi = 0; mi < kMTiles; ++mi) ptx::ldmatrix_x4_trans(a[mi], a_addr.at(16 * kk, 2 * mi));
+#pragma unroll
+  for (int np = 0; np < kNTiles / 2; ++np) {
+    uint32_t b[4];
+    ptx::ldmatrix_x4_trans(b, b_addr.at(16 * kk, 2 * np));
+    const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi) {
+      ptx::mma_m16n8k16<Tag>(acc[mi][2 * np], a[mi], b_lo);
+      ptx::mma_m16n8k16<Tag>(acc[mi][2 * np + 1], a[mi], b_hi);
+    }
+  }
+}
+
+// The lane's ldmatrix.trans addresses of gemm_atb's A (k-major, columns a_col0 ..) and B operands.
+template <class ATile>
+__device__ __forceinline__ LdsmAddr<ATile> atb_a_addr(uint32_t a_tile, int a_col0, int lane) {
+  return LdsmAddr<ATile>(a_tile, lane % 8 + 8 * (lane / 16), a_col0 / kChunkElems + (lane / 8) % 2);
+}
+template <class BTile>
+__device__ __forceinline__ LdsmAddr<BTile> atb_b_addr(uint32_t b_tile, int b_col0, int lane) {
+  return LdsmAddr<BTile>(b_tile, lane % 16, b_col0 / kChunkElems + lane / 16);
+}
+
 // C[mi][ni] += Σ_k A(k, a_col0 + 16mi ..)·B(k, b_col0 + 8ni ..) over k = 0 .. 16·kKSteps.
 template <class Tag, class ATile, class BTile, int kMTiles, int kNTiles, int kKSteps>
 __device__ __forceinline__ void gemm_atb(float (&acc)[kMTiles][kNTiles][4], uint32_t a_tile, int a_col0,
                                          uint32_t b_tile, int b_col0, int lane) {
-  static_assert(kNTiles % 2 == 0, "B is fetched two n-tiles per ldmatrix.x4.trans");
-  const LdsmAddr<ATile> a_addr(a_tile, lane % 8 + 8 * (lane / 16), a_col0 / kChunkElems + (lane / 8) % 2);
-  const LdsmAddr<BTile> b_addr(b_tile, lane % 16, b_col0 / kChunkElems + lane / 16);
+  const LdsmAddr<ATile> a_addr = atb_a_addr<ATile>(a_tile, a_col0, lane);
+  const LdsmAddr<BTile> b_addr = atb_b_addr<BTile>(b_tile, b_col0, lane);
 #pragma unroll
-  for (int kk = 0; kk < kKSteps; ++kk) {
-    uint32_t a[kMTiles][4];
-#pragma unroll
-    for (int mi = 0; mi < kMTiles; ++mi) ptx::ldmatrix_x4_trans(a[mi], a_addr.at(16 * kk, 2 * mi));
-#pragma unroll
-    for (int np = 0; np < kNTiles / 2; ++np) {
-      uint32_t b[4];
-      ptx::ldmatrix_x4_trans(b, b_addr.at(16 * kk, 2 * np));
-      const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
-#pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi) {
-        ptx::mma_m16n8k16<Tag>(acc[mi][2 * np], a[mi], b_lo);
-        ptx::mma_m16n8k16<Tag>(acc[mi][2 * np + 1], a[mi], b_hi);
-      }
-    }
-  }
+  for (int kk = 0; kk < kKSteps; ++kk) gemm_atb_step<Tag>(acc, a_addr, b_addr, kk);
+}
+
+template <class Tag, class ATile, class BTile, int kMTiles, int kNTiles, class Hook, std::size_t... kk>
+__device__ __forceinline__ void gemm_atb_hooked_steps(float (&acc)[kMTiles][kNTiles][4], const LdsmAddr<ATile>& a_addr,
+                                                      const LdsmAddr<BTile>& b_addr, const Hook& hook,
+                                                      std::index_sequence<kk...>) {
+  ((gemm_atb_step<Tag>(acc, a_addr, b_addr, static_cast<int>(kk)), hook(std::integral_constant<int, kk>{})), ...);
+}
+
+// gemm_atb with hook(std::integral_constant<int, kk>{}) run after k-step kk's mma: a place to spread
+// other work over the product instead of issuing it as one burst (build variant 1's dQ reds).
+template <class Tag, class ATile, class BTile, int kMTiles, int kNTiles, int kKSteps, class Hook>
+__device__ __forceinline__ void gemm_atb_hooked(float (&acc)[kMTiles][kNTiles][4], uint32_t a_tile, int a_col0,
+                                                uint32_t b_tile, int b_col0, int lane, const Hook& hook) {
+  gemm_atb_hooked_steps<Tag>(acc, atb_a_addr<ATile>(a_tile, a_col0, lane), atb_b_addr<BTile>(b_tile, b_col0, lane), hook,
+                             std::make_index_sequence<kKSteps>{});
 }
 
 // C[mi][ni] += Σ_k A(a_row0 + 16mi .., k)·B(k, b_col0 + 8ni ..) over k = 0 .. 16·kKSteps.

@@ -65,6 +65,17 @@ __device__ __forceinline__ LdsmAddr<Tile> ldsm_bt_addr(uint32_t tile, int row0, 
   return LdsmAddr<Tile>(tile, row0 + lane % 16, lane / 16);
 }
 
+// Two n-tiles of one k-step: c0 += a·B[.., n0 ..], c1 += a·B[.., n0 + 8 ..], where b is the
+// ldmatrix.x4 (or .x4.trans) fetch of both: b[0], b[1] the first n-tile's B fragment, b[2], b[3] the
+// second's. Every warp GEMM here fetches B this way.
+template <class Tag>
+__device__ __forceinline__ void mma_n_pair(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4],
+                                           const uint32_t (&b)[4]) {
+  const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
+  ptx::mma_m16n8k16<Tag>(c0, a, b_lo);
+  ptx::mma_m16n8k16<Tag>(c1, a, b_hi);
+}
+
 // C[mi][ni] += A[16mi ..][0 .. K) · B[8ni ..][0 .. K)ᵀ for K = 16·kKSteps; `a` from ldsm_a_addr,
 // `b` from ldsm_b_addr (+ b_extra bytes).
 template <class Tag, class ATile, class BTile, int kMTiles, int kNTiles, int kKSteps>
@@ -80,12 +91,8 @@ __device__ __forceinline__ void gemm_ss(float (&acc)[kMTiles][kNTiles][4], const
     for (int np = 0; np < kNTiles / 2; ++np) {
       uint32_t b[4];
       ptx::ldmatrix_x4(b, b_addr.at(16 * np, 2 * kk, b_extra));
-      const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
 #pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi) {
-        ptx::mma_m16n8k16<Tag>(acc[mi][2 * np], a[mi], b_lo);
-        ptx::mma_m16n8k16<Tag>(acc[mi][2 * np + 1], a[mi], b_hi);
-      }
+      for (int mi = 0; mi < kMTiles; ++mi) mma_n_pair<Tag>(acc[mi][2 * np], acc[mi][2 * np + 1], a[mi], b);
     }
   }
 }
@@ -103,12 +110,8 @@ __device__ __forceinline__ void gemm_rs(float (&acc)[kMTiles][kNTiles][4], const
     for (int np = 0; np < kNTiles / 2; ++np) {
       uint32_t b[4];
       ptx::ldmatrix_x4_trans(b, b_addr.at(16 * kk, 2 * np, b_extra));
-      const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
 #pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi) {
-        ptx::mma_m16n8k16<Tag>(acc[mi][2 * np], a[mi][kk], b_lo);
-        ptx::mma_m16n8k16<Tag>(acc[mi][2 * np + 1], a[mi][kk], b_hi);
-      }
+      for (int mi = 0; mi < kMTiles; ++mi) mma_n_pair<Tag>(acc[mi][2 * np], acc[mi][2 * np + 1], a[mi][kk], b);
     }
   }
 }

@@ -61,12 +61,8 @@ __device__ __forceinline__ void gemm_atb_step(float (&acc)[kMTiles][kNTiles][4],
   for (int np = 0; np < kNTiles / 2; ++np) {
     uint32_t b[4];
     ptx::ldmatrix_x4_trans(b, b_addr.at(16 * kk, 2 * np));
-    const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
 #pragma unroll
-    for (int mi = 0; mi < kMTiles; ++mi) {
-      ptx::mma_m16n8k16<Tag>(acc[mi][2 * np], a[mi], b_lo);
-      ptx::mma_m16n8k16<Tag>(acc[mi][2 * np + 1], a[mi], b_hi);
-    }
+    for (int mi = 0; mi < kMTiles; ++mi) mma_n_pair<Tag>(acc[mi][2 * np], acc[mi][2 * np + 1], a[mi], b);
   }
 }
 
@@ -122,12 +118,8 @@ __device__ __forceinline__ void gemm_ab(float (&acc)[kMTiles][kNTiles][4], uint3
     for (int np = 0; np < kNTiles / 2; ++np) {
       uint32_t b[4];
       ptx::ldmatrix_x4_trans(b, b_addr.at(16 * kk, 2 * np));
-      const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
 #pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi) {
-        ptx::mma_m16n8k16<Tag>(acc[mi][2 * np], a[mi], b_lo);
-        ptx::mma_m16n8k16<Tag>(acc[mi][2 * np + 1], a[mi], b_hi);
-      }
+      for (int mi = 0; mi < kMTiles; ++mi) mma_n_pair<Tag>(acc[mi][2 * np], acc[mi][2 * np + 1], a[mi], b);
     }
   }
 }

@@ -62,32 +62,12 @@ def bench_cell(fa, mode, causal, dtype, d, s, reps, variants=()):
     rows = []
     base = {"mode": mode, "causal": causal, "dtype": dtype, "hdim": d, "seqlen": s, "batch": b, "heads": h}
 
-    # flashattn
-    out = torch.empty_like(q)
-    lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-    a = fa.args(q, k, v, out=out, lse=lse, causal=causal)
-    ws_f = fa.with_workspace(a, False, "cuda")
-    try:
-        if mode == "fwd":
-            path = fa.path(a)
-            ms = median_ms(lambda: fa.forward(a), reps)
-        else:
-            fa.forward(a)
-            dout = torch.randn_like(out)
-            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-            ab = fa.args(q, k, v, out=out, lse=lse, dout=dout, dq=dq, dk=dk, dv=dv, causal=causal)
-            ws_b = fa.with_workspace(ab, True, "cuda")  # noqa: F841
-            path = fa.path(ab, backward=True)
-            ms = median_ms(lambda: fa.backward(ab), reps)
-        rows.append(dict(impl="flashattn", path=path, **base, tflops=fl / ms / 1e9, ms=ms))
-        if variants:
-            ref = (out.clone(), lse.clone()) if mode == "fwd" else (dq.clone(), dk.clone(), dv.clone())
-            for name, fv in variants:
-                rows.append(bench_variant(fv, name, mode, causal, q, k, v, dout if mode == "bwd" else None,
-                                          ref, base, fl, reps))
-    except RuntimeError as e:
-        rows.append(dict(impl="flashattn", **base, error=str(e)))
-    del ws_f
+    # flashattn, then each build variant on the same inputs, checked against the first's outputs
+    dout = torch.randn_like(q) if mode == "bwd" else None
+    row, ref = time_library(fa, "flashattn", mode, causal, q, k, v, dout, base, fl, reps)
+    rows.append(row)
+    for name, fv in variants if ref is not None else ():
+        rows.append(time_library(fv, f"flashattn:{name}", mode, causal, q, k, v, dout, base, fl, reps, ref)[0])
 
     # PyTorch SDPA, (b, h, s, d) views of the same (b, s, h, d) storage
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
@@ -107,29 +87,35 @@ def bench_cell(fa, mode, causal, dtype, d, s, reps, variants=()):
     return rows
 
 
-def bench_variant(fv, name, mode, causal, q, k, v, dout, ref, base, fl, reps):
-    """One build variant of the library (another libflashattn_c.so, e.g. a tile-shape experiment),
-    timed in the same process on the same inputs; `max_rel_diff` compares its outputs with the main
-    library's (max |a - b| / max |b| over out, lse or dq, dk, dv) as a sanity check."""
+def time_library(fa, impl, mode, causal, q, k, v, dout, base, fl, reps, ref=None):
+    """One build of the library (the main one, or a variant: another libflashattn_c.so, e.g. a
+    tile-shape experiment) timed on the given inputs. Returns (row, outputs); with `ref` (the main
+    build's outputs) the row's `max_rel_diff` is max |a − b| / max |b| over out, lse or dq, dk, dv,
+    as a sanity check. outputs is None when the call failed."""
     out, lse = torch.empty_like(q), torch.empty(q.shape[0], q.shape[2], q.shape[1], device="cuda")
     try:
-        a = fv.args(q, k, v, out=out, lse=lse, causal=causal)
-        ws_f = fv.with_workspace(a, False, "cuda")  # noqa: F841
-        fv.forward(a)
+        a = fa.args(q, k, v, out=out, lse=lse, causal=causal)
+        ws_f = fa.with_workspace(a, False, "cuda")  # noqa: F841
         if mode == "fwd":
-            ms = median_ms(lambda: fv.forward(a), reps)
+            path = fa.path(a)
+            ms = median_ms(lambda: fa.forward(a), reps)
             got = (out, lse)
         else:
+            fa.forward(a)
             dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-            ab = fv.args(q, k, v, out=out, lse=lse, dout=dout, dq=dq, dk=dk, dv=dv, causal=causal)
-            ws_b = fv.with_workspace(ab, True, "cuda")  # noqa: F841
-            ms = median_ms(lambda: fv.backward(ab), reps)
+            ab = fa.args(q, k, v, out=out, lse=lse, dout=dout, dq=dq, dk=dk, dv=dv, causal=causal)
+            ws_b = fa.with_workspace(ab, True, "cuda")  # noqa: F841
+            path = fa.path(ab, backward=True)
+            ms = median_ms(lambda: fa.backward(ab), reps)
             got = (dq, dk, dv)
-        diff = max(((g.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30)).item()
-                   for g, r in zip(got, ref))
-        return dict(impl=f"flashattn:{name}", **base, tflops=fl / ms / 1e9, ms=ms, max_rel_diff=diff)
+        row = dict(impl=impl, path=path, **base, tflops=fl / ms / 1e9, ms=ms)
+        if ref is not None:
+            row["max_rel_diff"] = max(
+                ((g.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30)).item()
+                for g, r in zip(got, ref))
+        return row, got
     except RuntimeError as e:
-        return dict(impl=f"flashattn:{name}", **base, error=str(e)[:200])
+        return dict(impl=impl, **base, error=str(e)[:300]), None
 
 
 def main():

@@ -18,22 +18,9 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tests"))
 from flashattn_ctypes import FlashAttn  # noqa: E402
-
-
-def visible(sq, sk, causal, window, device):
-    i = torch.arange(sq, device=device)[:, None]
-    j = torch.arange(sk, device=device)[None, :]
-    left, right = window
-    if causal:
-        right = 0
-    diag = sk - sq
-    ok = torch.ones(sq, sk, dtype=torch.bool, device=device)
-    if right >= 0:
-        ok &= j <= i + diag + right
-    if left >= 0:
-        ok &= j >= i + diag - left
-    return ok
+from reference import visible  # noqa: E402  (the Python suite's mask rule)
 
 
 def attention_one(q, k, v, scale, softcap, causal, window, dtype_sim=None):

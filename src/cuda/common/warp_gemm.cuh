@@ -76,24 +76,32 @@ __device__ __forceinline__ void mma_n_pair(float (&c0)[4], float (&c1)[4], const
   ptx::mma_m16n8k16<Tag>(c1, a, b_hi);
 }
 
+// One k-step of a warp GEMM: acc[mi][ni] += a[mi]·B for every n-tile, with fetch_b(np, b) loading
+// the B fragments of n-tiles 2np and 2np + 1 into b (one ldmatrix.x4, plain or .trans).
+template <class Tag, int kMTiles, int kNTiles, class FetchB>
+__device__ __forceinline__ void mma_k_step(float (&acc)[kMTiles][kNTiles][4], const uint32_t (&a)[kMTiles][4],
+                                           const FetchB& fetch_b) {
+  static_assert(kNTiles % 2 == 0, "B is fetched two n-tiles per ldmatrix.x4");
+#pragma unroll
+  for (int np = 0; np < kNTiles / 2; ++np) {
+    uint32_t b[4];
+    fetch_b(np, b);
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi) mma_n_pair<Tag>(acc[mi][2 * np], acc[mi][2 * np + 1], a[mi], b);
+  }
+}
+
 // C[mi][ni] += A[16mi ..][0 .. K) · B[8ni ..][0 .. K)ᵀ for K = 16·kKSteps; `a` from ldsm_a_addr,
 // `b` from ldsm_b_addr (+ b_extra bytes).
 template <class Tag, class ATile, class BTile, int kMTiles, int kNTiles, int kKSteps>
 __device__ __forceinline__ void gemm_ss(float (&acc)[kMTiles][kNTiles][4], const LdsmAddr<ATile>& a_addr,
                                         const LdsmAddr<BTile>& b_addr, uint32_t b_extra) {
-  static_assert(kNTiles % 2 == 0, "B is fetched two n-tiles per ldmatrix.x4");
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk) {
     uint32_t a[kMTiles][4];
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi) ptx::ldmatrix_x4(a[mi], a_addr.at(16 * mi, 2 * kk));
-#pragma unroll
-    for (int np = 0; np < kNTiles / 2; ++np) {
-      uint32_t b[4];
-      ptx::ldmatrix_x4(b, b_addr.at(16 * np, 2 * kk, b_extra));
-#pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi) mma_n_pair<Tag>(acc[mi][2 * np], acc[mi][2 * np + 1], a[mi], b);
-    }
+    mma_k_step<Tag>(acc, a, [&](int np, uint32_t(&b)[4]) { ptx::ldmatrix_x4(b, b_addr.at(16 * np, 2 * kk, b_extra)); });
   }
 }
 

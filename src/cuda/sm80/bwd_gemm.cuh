@@ -53,17 +53,10 @@ __device__ __forceinline__ T* opaque(T* x) {
 template <class Tag, class ATile, class BTile, int kMTiles, int kNTiles>
 __device__ __forceinline__ void gemm_atb_step(float (&acc)[kMTiles][kNTiles][4], const LdsmAddr<ATile>& a_addr,
                                               const LdsmAddr<BTile>& b_addr, int kk) {
-  static_assert(kNTiles % 2 == 0, "B is fetched two n-tiles per ldmatrix.x4.trans");
   uint32_t a[kMTiles][4];
 #pragma unroll
   for (int mi = 0; mi < kMTiles; ++mi) ptx::ldmatrix_x4_trans(a[mi], a_addr.at(16 * kk, 2 * mi));
-#pragma unroll
-  for (int np = 0; np < kNTiles / 2; ++np) {
-    uint32_t b[4];
-    ptx::ldmatrix_x4_trans(b, b_addr.at(16 * kk, 2 * np));
-#pragma unroll
-    for (int mi = 0; mi < kMTiles; ++mi) mma_n_pair<Tag>(acc[mi][2 * np], acc[mi][2 * np + 1], a[mi], b);
-  }
+  mma_k_step<Tag>(acc, a, [&](int np, uint32_t(&b)[4]) { ptx::ldmatrix_x4_trans(b, b_addr.at(16 * kk, 2 * np)); });
 }
 
 // The lane's ldmatrix.trans addresses of gemm_atb's A (k-major, columns a_col0 ..) and B operands.
@@ -106,21 +99,14 @@ __device__ __forceinline__ void gemm_atb_hooked(float (&acc)[kMTiles][kNTiles][4
 template <class Tag, class ATile, class BTile, int kMTiles, int kNTiles, int kKSteps>
 __device__ __forceinline__ void gemm_ab(float (&acc)[kMTiles][kNTiles][4], uint32_t a_tile, int a_row0,
                                         uint32_t b_tile, int b_col0, int lane) {
-  static_assert(kNTiles % 2 == 0, "B is fetched two n-tiles per ldmatrix.x4.trans");
   const LdsmAddr<ATile> a_addr = ldsm_a_addr<ATile>(a_tile, a_row0, lane);
-  const LdsmAddr<BTile> b_addr(b_tile, lane % 16, b_col0 / kChunkElems + lane / 16);
+  const LdsmAddr<BTile> b_addr = atb_b_addr<BTile>(b_tile, b_col0, lane);  // B stored [k][n], as gemm_atb's
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk) {
     uint32_t a[kMTiles][4];
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi) ptx::ldmatrix_x4(a[mi], a_addr.at(16 * mi, 2 * kk));
-#pragma unroll
-    for (int np = 0; np < kNTiles / 2; ++np) {
-      uint32_t b[4];
-      ptx::ldmatrix_x4_trans(b, b_addr.at(16 * kk, 2 * np));
-#pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi) mma_n_pair<Tag>(acc[mi][2 * np], acc[mi][2 * np + 1], a[mi], b);
-    }
+    mma_k_step<Tag>(acc, a, [&](int np, uint32_t(&b)[4]) { ptx::ldmatrix_x4_trans(b, b_addr.at(16 * kk, 2 * np)); });
   }
 }
 

@@ -124,6 +124,9 @@ TEST(CudaCommon, TileLoadStorePredicatedSmall) {
   check_tile_io<64, 96, 128, true>(64, 40);
   check_tile_io<64, 192, 256, false>(9, 136);
   check_tile_io<128, 64, 128, false>(1, 8);
+  check_tile_io<64, 256, 128, false>(64, 256);  // store: one column per thread, 4-row steps (swizzle varies)
+  check_tile_io<64, 256, 128, false>(61, 200);
+  check_tile_io<128, 128, 256, true>(97, 64);   // store: 16-row steps
 }
 
 // ---- gemm_ss and gemm_rs on one tile ----------------------------------------------------------
@@ -211,6 +214,53 @@ TEST(CudaCommon, WarpGemmQKandPVSmall) {
   check_gemm<F16, 128, 64, 1, 4>();
   check_gemm<BF16, 192, 64, 1, 2>();
   check_gemm<BF16, 256, 64, 1, 2>();
+}
+
+// ---- store_accumulator --------------------------------------------------------------------------
+// One warp stores a [16·kMTiles × 8·kNTiles] accumulator (value 3·row + col, distinct per row within
+// a column pair's reach) at (row0, col0) of a poisoned tile, times `scale`; the tile is read back
+// logically and compared with the host's rounding of the same values.
+template <class Tag, class Tile, int kMTiles, int kNTiles>
+__global__ void store_accumulator_kernel(int row0, int col0, float scale, uint16_t* out) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  for (int i = lane; i < Tile::kBytes / 2; i += 32) reinterpret_cast<uint16_t*>(smem)[i] = 0xffff;
+  __syncwarp();
+  float c[kMTiles][kNTiles][4];
+  for (int mi = 0; mi < kMTiles; ++mi)
+    for (int ni = 0; ni < kNTiles; ++ni)
+      for (int e = 0; e < 4; ++e) c[mi][ni][e] = float((16 * mi + 8 * (e / 2) + g) * 3 + 8 * ni + 2 * t + e % 2);
+  store_accumulator<Tag, Tile>(smem, c, row0, col0, lane, scale);
+  __syncwarp();
+  for (int e = lane; e < Tile::kRows * Tile::kCols; e += 32) {
+    out[e] = *reinterpret_cast<const uint16_t*>(smem + Tile::elem_offset(e / Tile::kCols, e % Tile::kCols));
+  }
+}
+
+template <class Tag, int kRows, int kCols, int kMTiles, int kNTiles>
+void check_store_accumulator(int row0, int col0) {
+  using Tile = SmemTile<kRows, kCols>;
+  SCOPED_TRACE(testing::Message() << "tile " << kRows << "x" << kCols << " at (" << row0 << ", " << col0 << ")");
+  fa_test::DeviceBuffer<uint16_t> dout(kRows * kCols);
+  store_accumulator_kernel<Tag, Tile, kMTiles, kNTiles><<<1, 32, Tile::kBytes>>>(row0, col0, 0.5f, dout.ptr);
+  FA_KERNEL_OK();
+  const auto out = dout.download();
+  for (int r = 0; r < kRows; ++r) {
+    for (int c = 0; c < kCols; ++c) {
+      const int lr = r - row0, lc = c - col0;
+      const bool mine = lr >= 0 && lr < 16 * kMTiles && lc >= 0 && lc < 8 * kNTiles;
+      const uint16_t want = mine ? fa_test::to_bits<Tag>(0.5f * float(lr * 3 + lc)) : uint16_t{0xffff};
+      ASSERT_EQ(out[r * kCols + c], want) << "(" << r << ", " << c << ")";
+    }
+  }
+}
+
+TEST(CudaCommon, StoreAccumulatorSmall) {
+  FA_REQUIRE_DEVICE();
+  check_store_accumulator<F16, 64, 128, 2, 4>(16, 32);   // 16 chunks per row: swizzle = row % 8
+  check_store_accumulator<BF16, 64, 96, 1, 6>(40, 48);   // 12 chunks per row: swizzle = (row / 2) % 4
+  check_store_accumulator<BF16, 64, 256, 1, 32>(48, 0);  // the forward's D = 256 epilogue
+  check_store_accumulator<F16, 128, 64, 2, 2>(8, 8);
 }
 
 // ---- OnlineSoftmax ----------------------------------------------------------------------------

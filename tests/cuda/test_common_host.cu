@@ -1,16 +1,19 @@
 // Host-only checks of the index logic in src/cuda/common (no GPU needed): the mask's key/query
 // ranges, block ranges and tile_needs_mask against brute force; the shared-memory swizzle (a
 // bijection inside each row, bank-conflict free for every access pattern the kernels use); the
-// forward's tile shapes (shared memory within the A100/H100 per-block limits, whole warps).
+// forward's tile shapes (shared memory within the A100/H100 per-block limits, whole warps); the
+// backward's dQ accumulator layout (a permutation of the tile that the kernel and postprocess share).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 #include <set>
+#include <vector>
 
 #include "cuda/common/mask.cuh"
 #include "cuda/common/scores.cuh"
 #include "cuda/common/smem_tile.cuh"
+#include "cuda/sm80/bwd_tile.cuh"
 #include "cuda/sm80/fwd_traits.cuh"
 
 namespace {
@@ -158,6 +161,51 @@ TEST(CudaFwdTraits, BigSmemShapeOfHeadDim256) {
     EXPECT_EQ(fwd_tile_shape(256, flashattn::DType::bf16, masked, false), (FwdTileShape{128, 64, 8, 1}));
     EXPECT_EQ(fwd_tile_shape(128, flashattn::DType::bf16, masked, true),
               fwd_tile_shape(128, flashattn::DType::bf16, masked, false));
+  }
+}
+
+// DqLayout: a permutation of each tile's block_m × head_dim floats; 8 columns from a multiple of 8
+// are 8 consecutive floats (the postprocess's two float4); a lane's elements are its first one plus
+// compile-time offsets (the kernel's pointer arithmetic); one warp-wide red of a column pair covers
+// 256 contiguous bytes (the point of the layout).
+TEST(CudaBwdTile, DqLayoutIsTheFragmentOrder) {
+  using flashattn::cuda::sm80::bwd_tile;
+  using flashattn::cuda::sm80::DqLayout;
+  for (int d : {64, 96, 128, 192, 256}) {
+    for (bool big : {false, true}) {
+      const auto tile = bwd_tile(d, big);
+      const DqLayout L(tile);
+      SCOPED_TRACE(testing::Message() << "d " << d << " big_smem " << big);
+      std::vector<int> seen(tile.block_m * d, 0);
+      for (int r = 0; r < tile.block_m; ++r) {
+        for (int c = 0; c < d; ++c) {
+          const int i = L.index(r, c);
+          ASSERT_GE(i, 0);
+          ASSERT_LT(i, tile.block_m * d);
+          ++seen[i];
+          if (c % 8 != 0) ASSERT_EQ(i, L.index(r, c - c % 8) + c % 8);
+        }
+      }
+      ASSERT_EQ(*std::min_element(seen.begin(), seen.end()), 1);
+      const int tm = tile.block_m / tile.warps_m_dq, td = d / (8 / tile.warps_m_dq);
+      for (int warp = 0; warp < 8; ++warp) {
+        const int row0 = warp % tile.warps_m_dq * tm, col0 = warp / tile.warps_m_dq * td;
+        for (int r = 0; r < tm; r += 8) {
+          for (int c = 0; c < td; c += 8) {
+            int lo = 1 << 30, hi = -1;
+            for (int lane = 0; lane < 32; ++lane) {
+              const int first = L.index(row0 + lane / 4, col0 + 2 * (lane % 4));
+              const int i = L.index(row0 + r + lane / 4, col0 + c + 2 * (lane % 4));
+              ASSERT_EQ(i, first + L.index(r, c)) << "warp " << warp << " lane " << lane;
+              lo = std::min(lo, i);
+              hi = std::max(hi, i + 2);  // the lane's column pair
+            }
+            ASSERT_EQ(hi - lo, 64) << "a warp's column-pair red is 64 contiguous floats";
+            ASSERT_EQ(lo % 64, 0);
+          }
+        }
+      }
+    }
   }
 }
 

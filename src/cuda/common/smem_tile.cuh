@@ -27,10 +27,12 @@ struct SmemTile {
   static constexpr int kCols = kCols_;
   static constexpr int kChunksPerRow = kCols / kChunkElems;
   static constexpr int kBytes = kRows * kCols * 2;
+  static constexpr int kRowBytes = kChunksPerRow * kChunkBytes;
   static_assert(kCols % kChunkElems == 0, "a tile row is a whole number of 16-byte chunks");
   static_assert(kChunksPerRow % 4 == 0, "the swizzle needs 4k chunks per row (head dims that are multiples of 32)");
   static_assert(kRows % 8 == 0, "tiles hold whole 8-row swizzle periods");
 
+  // Depends on row % 8 only: rows r and r + 8k share a swizzle.
   FLASHATTN_HD static constexpr int swizzle(int row) {
     return kChunksPerRow % 8 == 0 ? (row & 7) : ((row >> 1) & 3);
   }

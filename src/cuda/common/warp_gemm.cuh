@@ -142,21 +142,28 @@ __device__ __forceinline__ void accumulator_to_a_fragments(uint32_t (&a)[kMTiles
   }
 }
 
-// Writes an fp32 accumulator tile (rows row0 + 16mi .., columns 8ni ..) into a 16-bit smem tile:
-// each lane stores its two adjacent columns as one 4-byte word (bank-conflict free, smem_tile.cuh).
+// Writes an fp32 accumulator tile times `scale` into a 16-bit smem tile: acc[mi][ni][c] is element
+// (row0 + 16mi + 8·(c / 2) + g, col0 + 8ni + 2t + c % 2); each lane stores its column pair as one
+// 4-byte word (bank-conflict free, smem_tile.cuh).
+// Contract: row0 and col0 are multiples of 8. Then every row this lane touches, row0 + g + 8k, has
+// the swizzle of row g (SmemTile::swizzle depends on row % 8 only), so the lane XORs each chunk
+// once and reaches its 2·kMTiles rows by compile-time offsets: one address per n-tile, not one per
+// store (the epilogue's address arithmetic was ~5 integer instructions per store before).
 template <class Tag, class Tile, int kMTiles, int kNTiles>
 __device__ __forceinline__ void store_accumulator(unsigned char* tile, const float (&c)[kMTiles][kNTiles][4], int row0,
-                                                  int lane) {
+                                                  int col0, int lane, float scale = 1.f) {
   const int g = lane / 4, t = lane % 4;
+  const int swizzle = Tile::swizzle(g);
+  const uint32_t lane_row = static_cast<uint32_t>((row0 + g) * Tile::kRowBytes + 4 * t);
 #pragma unroll
-  for (int mi = 0; mi < kMTiles; ++mi) {
+  for (int ni = 0; ni < kNTiles; ++ni) {
+    const uint32_t chunk = lane_row + static_cast<uint32_t>(((col0 / kChunkElems + ni) ^ swizzle) * kChunkBytes);
 #pragma unroll
-    for (int ni = 0; ni < kNTiles; ++ni) {
+    for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int row = row0 + 16 * mi + 8 * half + g;
-        *reinterpret_cast<uint32_t*>(tile + Tile::elem_offset(row, 8 * ni + 2 * t)) =
-            ptx::pack2<Tag>(c[mi][ni][2 * half], c[mi][ni][2 * half + 1]);
+        *reinterpret_cast<uint32_t*>(tile + chunk + (16 * mi + 8 * half) * Tile::kRowBytes) =
+            ptx::pack2<Tag>(c[mi][ni][2 * half] * scale, c[mi][ni][2 * half + 1] * scale);
       }
     }
   }

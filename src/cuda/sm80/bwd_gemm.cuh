@@ -110,24 +110,4 @@ __device__ __forceinline__ void gemm_ab(float (&acc)[kMTiles][kNTiles][4], uint3
   }
 }
 
-// Writes an accumulator tile times `scale` to a 16-bit shared tile: acc[mi][ni][c] is element
-// (row0 + 16mi + 8·(c / 2) + g, col0 + 8ni + 2t + c % 2); each lane's column pair is one 4-byte store.
-template <class Tag, class Tile, int kMTiles, int kNTiles>
-__device__ __forceinline__ void store_accumulator_at(unsigned char* tile, const float (&acc)[kMTiles][kNTiles][4],
-                                                     int row0, int col0, int lane, float scale) {
-  const int g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int mi = 0; mi < kMTiles; ++mi) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-#pragma unroll
-      for (int ni = 0; ni < kNTiles; ++ni) {
-        const int r = row0 + 16 * mi + 8 * half + g, c = col0 + 8 * ni + 2 * t;
-        *reinterpret_cast<uint32_t*>(tile + Tile::elem_offset(r, c)) =
-            ptx::pack2<Tag>(acc[mi][ni][2 * half] * scale, acc[mi][ni][2 * half + 1] * scale);
-      }
-    }
-  }
-}
-
 }  // namespace flashattn::cuda::sm80

@@ -105,9 +105,17 @@ struct BwdShape {
   static_assert(kSmemBytes == kTile.smem_bytes(), "bwd_tile's smem_bytes and the carve-up disagree");
 };
 
-// The query-side tiles of one loop step: query head hq, query block m_block.
+// The query-side tiles of one loop step: query head hq, the query block at row m0, the workspace row
+// of its first row (hq·R + ws_row0 + m0: LSE and D rows, the dq_accum tile at ws_row·D, the
+// deterministic counter at ws_row / block_m) and the global addresses of its Q and dO tiles. The
+// loop advances it by additions (step_after in the kernel); ncu had shown two integer divisions and
+// ~100 uniform instructions of index and 64-bit address arithmetic per step when every step was
+// decoded from its number.
 struct BwdStep {
   int hq, m0;
+  int64_t ws_row;
+  const uint16_t* q;
+  const uint16_t* dout;
 };
 
 // The highest key block that visits the query tile at m0 under a right-bounded mask, consistent
@@ -161,33 +169,56 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   float acc_dk[Sh::kMtKV][Sh::kNtKV][4] = {};
   float acc_dv[Sh::kMtKV][Sh::kNtKV][4] = {};
 
-  const auto step_of = [&](int it) { return BwdStep{h_kv * p.group + it / num_m, (m_begin + it % num_m) * kBM}; };
-  const auto counter_of = [&](BwdStep s) {
-    return p.counters + s.hq * (p.ws_rows / kBM) + (ws_row0 + s.m0) / kBM;
+  // Step (query head hq, query block at m0), built from scratch; step_after(s) is the next one:
+  // the next query block of the same head, or the first of the next head of the group.
+  const int m_start = m_begin * kBM, m_stop = (m_begin + num_m) * kBM;
+  const auto step_at = [&](int hq, int m0) {
+    BwdStep s;
+    s.hq = hq;
+    s.m0 = m0;
+    s.ws_row = hq * p.ws_rows + ws_row0 + m0;
+    s.q = static_cast<const uint16_t*>(p.q) +
+          gmem_offset(b, seq.q_offset + m0, hq, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+    s.dout = static_cast<const uint16_t*>(p.dout) +
+             gmem_offset(b, seq.q_offset + m0, hq, p.do_batch_stride, p.do_row_stride, p.do_head_stride);
+    return s;
+  };
+  const auto step_after = [&](BwdStep s) {
+    if (s.m0 + kBM >= m_stop) return step_at(s.hq + 1, m_start);
+    s.m0 += kBM;
+    s.ws_row += kBM;
+    s.q += kBM * p.q_row_stride;
+    s.dout += kBM * p.do_row_stride;
+    return s;
+  };
+  const auto counter_of = [&](const BwdStep& s) { return p.counters + s.ws_row / kBM; };
+  // The workspace row of the step before s (for its deterministic-mode counter), from s alone.
+  const auto ws_row_before = [&](const BwdStep& s) {
+    return s.m0 == m_start ? s.ws_row - p.ws_rows + (m_stop - m_start) - kBM : s.ws_row - kBM;
   };
   // Q tile of step s into stage `stage`.
-  const auto load_q = [&](BwdStep s, int stage) {
-    const uint16_t* src = static_cast<const uint16_t*>(p.q) +
-                          gmem_offset(b, seq.q_offset + s.m0, s.hq, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
-    TileIO<TileQ, kBwdThreads>::load_async_or_zero(s_base + Sh::kOffQ + stage * TileQ::kBytes, src, p.q_row_stride,
+  const auto load_q = [&](const BwdStep& s, int stage) {
+    TileIO<TileQ, kBwdThreads>::load_async_or_zero(s_base + Sh::kOffQ + stage * TileQ::kBytes, s.q, p.q_row_stride,
                                                    seq.seqlen_q - s.m0, p.hdim_qk, tid);
   };
   // dO tile, LSE·log2e and D rows of step s into stage `stage`.
-  const auto load_do = [&](BwdStep s, int stage) {
-    const uint16_t* src = static_cast<const uint16_t*>(p.dout) + gmem_offset(b, seq.q_offset + s.m0, s.hq,
-                                                                             p.do_batch_stride, p.do_row_stride,
-                                                                             p.do_head_stride);
-    TileIO<TileQ, kBwdThreads>::load_async_or_zero(s_base + Sh::kOffDo + stage * TileQ::kBytes, src,
+  const auto load_do = [&](const BwdStep& s, int stage) {
+    TileIO<TileQ, kBwdThreads>::load_async_or_zero(s_base + Sh::kOffDo + stage * TileQ::kBytes, s.dout,
                                                    p.do_row_stride, seq.seqlen_q - s.m0, p.hdim_v, tid);
-    const int64_t row = s.hq * p.ws_rows + ws_row0 + s.m0;
     constexpr int kChunks = kBM / 4;  // 16-byte chunks of one fp32 row vector
     if (tid < kChunks) {
-      ptx::cp_async_16(s_base + Sh::kOffLse + stage * Sh::kRowBytes + tid * 16, p.lse_log2 + row + tid * 4);
+      ptx::cp_async_16(s_base + Sh::kOffLse + stage * Sh::kRowBytes + tid * 16, p.lse_log2 + s.ws_row + tid * 4);
     } else if (tid < 2 * kChunks) {
       const int c = tid - kChunks;
-      ptx::cp_async_16(s_base + Sh::kOffDsum + stage * Sh::kRowBytes + c * 16, p.dsum + row + c * 4);
+      ptx::cp_async_16(s_base + Sh::kOffDsum + stage * Sh::kRowBytes + c * 16, p.dsum + s.ws_row + c * 4);
     }
   };
+  // dQ's accumulator tile is in fragment order (DqLayout): this lane's first element is at
+  // kDq.index(q_row0 + g, q_col0 + 2t), its element (16mi + 8half, 8ni) at kDq.index(16mi + 8half,
+  // 8ni) from there. The lane's part is held across the loop where lane values are rematerialized
+  // anyway (remat_lane tiles) and recomputed per step elsewhere: each choice is the spill-free one.
+  constexpr DqLayout kDq(Sh::kTile);
+  const int dq_lane_held = kDq.index(q_row0 + lane / 4, q_col0 + 2 * (lane % 4));
 
   if (steps > 0) {
     const uint16_t* k_src = static_cast<const uint16_t*>(p.k) +
@@ -196,13 +227,14 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
                             gmem_offset(b, seq.k_offset + n0, h_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
     TileIO<TileK, kBwdThreads>::load_async_or_zero(s_k, k_src, p.k_row_stride, seq.seqlen_k - n0, p.hdim_qk, tid);
     TileIO<TileK, kBwdThreads>::load_async_or_zero(s_v, v_src, p.v_row_stride, seq.seqlen_k - n0, p.hdim_v, tid);
-    load_q(step_of(0), 0);
-    load_do(step_of(0), 0);
+    BwdStep step = step_at(h_kv * p.group, m_start);
+    load_q(step, 0);
+    load_do(step, 0);
     ptx::cp_async_commit();
 
     for (int it = 0; it < steps; ++it) {
       const int stage = kStages == 2 ? it % 2 : 0;
-      const BwdStep step = step_of(it);
+      const bool has_next = it + 1 < steps;
       const int m0 = step.m0;
       const uint32_t s_q = s_base + Sh::kOffQ + stage * TileQ::kBytes;
       const uint32_t s_do = s_base + Sh::kOffDo + stage * TileQ::kBytes;
@@ -213,9 +245,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
       __syncthreads();  // this step's tiles landed; last step's readers of every buffer are done
       const int lane = Sh::kTile.remat_lane ? opaque(threadIdx.x % 32) : threadIdx.x % 32;  // see opaque()
       const int g = lane / 4, t = lane % 4;
-      if (p.deterministic && it > 0 && tid == 0) ptx::red_release_add_s32(counter_of(step_of(it - 1)), 1);
-      if (kStages == 2 && it + 1 < steps) {
-        const BwdStep next = step_of(it + 1);
+      if (p.deterministic && it > 0 && tid == 0) ptx::red_release_add_s32(p.counters + ws_row_before(step) / kBM, 1);
+      if (kStages == 2 && has_next) {
+        const BwdStep next = step_after(step);
         load_q(next, stage ^ 1);
         load_do(next, stage ^ 1);
         ptx::cp_async_commit();
@@ -311,9 +343,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
       // ---- dV += Pᵀ·dO --------------------------------------------------------------------------
       gemm_atb<Elem, TileP, TileQ, Sh::kMtKV, Sh::kNtKV, kBM / 16>(acc_dv, s_p, kv_row0, s_do, kv_col0, lane);
       if constexpr (kStages == 1) {
-        if (it + 1 < steps) {
+        if (has_next) {
           __syncthreads();  // everyone is done with dO, LSE and D
-          load_do(step_of(it + 1), 0);
+          load_do(step_after(step), 0);
           ptx::cp_async_commit();
         }
       }
@@ -322,8 +354,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
         // ---- dQ = dS·K, then dK += dSᵀ·Q with dQ's reds spread over dK's k-steps (variant 1) ----
         float acc_dq[Sh::kMtQ][Sh::kNtQ][4] = {};
         gemm_ab<Elem, TileP, TileK, Sh::kMtQ, Sh::kNtQ, kBN / 16>(acc_dq, s_ds, q_row0, s_k, q_col0, lane);
-        float* dq_lane =
-            opaque(p.dq_accum + (step.hq * p.ws_rows + ws_row0 + m0 + q_row0 + g) * kD + q_col0 + 2 * t);
+        float* dq_lane = opaque(p.dq_accum + step.ws_row * kD +
+                                 (Sh::kTile.remat_lane ? dq_lane_held : kDq.index(q_row0 + g, q_col0 + 2 * t)));
         const int cols_left = p.hdim_qk - q_col0;
         // After dK's k-step kk, the lane's reds j ∈ [kk·kReds/kKSteps, (kk + 1)·kReds/kKSteps),
         // j = (2mi + half)·kNtQ + ni.
@@ -337,7 +369,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
                 for (int j = kLo; j < kHi; ++j) {
                   const int mi = j / (2 * Sh::kNtQ), half = j / Sh::kNtQ % 2, ni = j % Sh::kNtQ;
                   if (decltype(all_columns)::value || 8 * ni < cols_left) {
-                    ptx::red_add_v2_f32(dq_lane + (16 * mi + 8 * half) * kD + 8 * ni, acc_dq[mi][ni][2 * half],
+                    ptx::red_add_v2_f32(dq_lane + kDq.index(16 * mi + 8 * half, 8 * ni), acc_dq[mi][ni][2 * half],
                                         acc_dq[mi][ni][2 * half + 1]);
                   }
                 }
@@ -349,9 +381,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
           dk_with_reds(std::false_type{});
         }
         if constexpr (kStages == 1) {
-          if (it + 1 < steps) {
+          if (has_next) {
             __syncthreads();  // everyone is done with Q
-            load_q(step_of(it + 1), 0);
+            load_q(step_after(step), 0);
             ptx::cp_async_commit();
           }
         }
@@ -362,8 +394,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
           gemm_ab<Elem, TileP, TileK, Sh::kMtQ, Sh::kNtQ, kBN / 16>(acc_dq, s_ds, q_row0, s_k, q_col0, lane);
           // This lane's first element; every other one is a compile-time offset from it. Columns at
           // or past hdim_qk (a multiple of 8: whole n-tiles) are zero and not added.
-          float* dq_lane =
-              opaque(p.dq_accum + (step.hq * p.ws_rows + ws_row0 + m0 + q_row0 + g) * kD + q_col0 + 2 * t);
+          float* dq_lane = opaque(p.dq_accum + step.ws_row * kD +
+                                 (Sh::kTile.remat_lane ? dq_lane_held : kDq.index(q_row0 + g, q_col0 + 2 * t)));
           const int cols_left = p.hdim_qk - q_col0;
           const auto add_dq = [&](auto all_columns) {
   #pragma unroll
@@ -373,7 +405,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   #pragma unroll
                 for (int ni = 0; ni < Sh::kNtQ; ++ni) {
                   if (decltype(all_columns)::value || 8 * ni < cols_left) {
-                    ptx::red_add_v2_f32(dq_lane + (16 * mi + 8 * half) * kD + 8 * ni, acc_dq[mi][ni][2 * half],
+                    ptx::red_add_v2_f32(dq_lane + kDq.index(16 * mi + 8 * half, 8 * ni), acc_dq[mi][ni][2 * half],
                                         acc_dq[mi][ni][2 * half + 1]);
                   }
                 }
@@ -390,24 +422,25 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
         // ---- dK += dSᵀ·Q --------------------------------------------------------------------------
         gemm_atb<Elem, TileP, TileQ, Sh::kMtKV, Sh::kNtKV, kBM / 16>(acc_dk, s_ds, kv_row0, s_q, kv_col0, lane);
         if constexpr (kStages == 1) {
-          if (it + 1 < steps) {
+          if (has_next) {
             __syncthreads();  // everyone is done with Q
-            load_q(step_of(it + 1), 0);
+            load_q(step_after(step), 0);
             ptx::cp_async_commit();
           }
         }
       }
+      if (has_next) step = step_after(step);  // recomputed rather than kept from the loads above: fewer live registers
     }
     if (p.deterministic) {
       __syncthreads();  // every thread's dQ additions of the last step come before the release
-      if (tid == 0) ptx::red_release_add_s32(counter_of(step_of(steps - 1)), 1);
+      if (tid == 0) ptx::red_release_add_s32(counter_of(step), 1);  // the last step's
     }
   }
 
   // ---- epilogue: dK·scale and dV, through shared memory (K, V's space) for coalesced stores -------
   __syncthreads();  // every warp is done reading K and V
-  store_accumulator_at<Elem, TileK>(smem + Sh::kOffK, acc_dk, kv_row0, kv_col0, lane, p.scale);
-  store_accumulator_at<Elem, TileK>(smem + Sh::kOffV, acc_dv, kv_row0, kv_col0, lane, 1.f);
+  store_accumulator<Elem, TileK>(smem + Sh::kOffK, acc_dk, kv_row0, kv_col0, lane, p.scale);
+  store_accumulator<Elem, TileK>(smem + Sh::kOffV, acc_dv, kv_row0, kv_col0, lane, 1.f);
   __syncthreads();
   uint16_t* dk_dst = static_cast<uint16_t*>(p.dk) +
                      gmem_offset(b, seq.k_offset + n0, h_kv, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);

@@ -2,7 +2,8 @@
 // BwdParams) and the layout of its workspace.
 //
 // Workspace (fp32 / int32, each sub-buffer 256-byte aligned), for R padded query rows:
-//   dq_accum  [heads_q][R][head_dim]   dQ accumulated by red.global.add (head_dim: the instance's)
+//   dq_accum  [heads_q][R][head_dim]   dQ accumulated by red.global.add (head_dim: the instance's);
+//                                      within each block_m-row tile, fragment order (DqLayout)
 //   lse_log2  [heads_q][R]             LSE·log2(e); +inf on padding rows, so P = 0 there
 //   dsum      [heads_q][R]             D = rowsum(dO ∘ O); 0 on padding rows
 //   counters  [heads_q][R / block_m]   deterministic mode: how many key blocks have added into

@@ -12,6 +12,7 @@
 #include "cuda/common/softmax.cuh"
 #include "cuda/ptx/math.cuh"
 #include "cuda/sm80/bwd_launch.hpp"
+#include "cuda/sm80/bwd_tile.cuh"
 
 namespace flashattn::cuda::sm80 {
 namespace {
@@ -112,12 +113,14 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_postprocess_kernel(const 
   const int rows = min(p.block_m, q.seq.seqlen_q - q.m0);
   const int chunks = p.hdim_qk / 8;
   const float* src = p.dq_accum + q.ws_row * p.head_dim;
+  const DqLayout layout(bwd_tile(p.head_dim, false));  // the tile's fragment order (bwd_tile.cuh)
   uint16_t* dst = static_cast<uint16_t*>(p.dq) +
                   gmem_offset(q.b, q.seq.q_offset + q.m0, q.hq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
   for (int i = threadIdx.x; i < rows * chunks; i += kPrepostThreads) {
     const int r = i / chunks, c = (i % chunks) * 8;
-    const float4 lo = *reinterpret_cast<const float4*>(src + r * p.head_dim + c);
-    const float4 hi = *reinterpret_cast<const float4*>(src + r * p.head_dim + c + 4);
+    const float* chunk = src + layout.index(r, c);  // columns c .. c + 7: 8 consecutive floats
+    const float4 lo = *reinterpret_cast<const float4*>(chunk);
+    const float4 hi = *reinterpret_cast<const float4*>(chunk + 4);
     const float s = p.scale;
     uint4 out;
     out.x = ptx::pack2<Tag>(lo.x * s, lo.y * s);

@@ -58,4 +58,28 @@ FLASHATTN_HD constexpr BwdTile bwd_tile(int head_dim, bool big_smem) {
   return BwdTile{};
 }
 
+// Where element (r, c) of a query tile's dQ accumulator (block_m × head_dim fp32, contiguous in the
+// workspace) lives: the dQ GEMM's accumulator fragments in lane order, so that one warp-wide
+// red.global.add.v2.f32 covers 256 contiguous bytes (two whole 128-byte lines) instead of 8 rows ×
+// 32 bytes. With the dQ warp grid of the tile (warp w = wm + warps_m·wd owns rows wm·Tm ..,
+// columns wd·Td ..) and r = wm·Tm + 16mi + 8half + g, c = wd·Td + 8ni + 2t + e (the mma C layout):
+//   index = (((w·F + (mi·Nt + ni)·2 + half)·32 + 4g + t)·2 + e,   F = 2·Mt·Nt, Mt = Tm/16, Nt = Td/8.
+// The map is linear in its pieces, so index(r0 + r, c0 + c) = index(r0, c0) + index(r, c) whenever
+// (r0, c0) is a lane's first element and (r, c) a multiple of (8, 8) inside the warp tile — the
+// kernel's lane pointer plus compile-time offsets. 8 consecutive columns from a multiple of 8 are 8
+// consecutive floats (t = 0..3, e = 0..1): the postprocess reads them as two float4.
+struct DqLayout {
+  int warps_m = 1, tile_m = 16, tile_d = 8;
+
+  FLASHATTN_HD constexpr explicit DqLayout(const BwdTile& t)
+      : warps_m(t.warps_m_dq), tile_m(t.block_m / t.warps_m_dq), tile_d(t.head_dim / (kBwdWarps / t.warps_m_dq)) {}
+  FLASHATTN_HD constexpr int index(int r, int c) const {
+    const int w = r / tile_m + warps_m * (c / tile_d);
+    const int rr = r % tile_m, cc = c % tile_d;
+    const int mi = rr / 16, half = rr / 8 % 2, g = rr % 8, ni = cc / 8, t = cc % 8 / 2, e = cc % 2;
+    const int frags = 2 * (tile_m / 16) * (tile_d / 8);
+    return ((w * frags + (mi * (tile_d / 8) + ni) * 2 + half) * 32 + 4 * g + t) * 2 + e;
+  }
+};
+
 }  // namespace flashattn::cuda::sm80

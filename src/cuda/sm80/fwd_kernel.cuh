@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const __grid_cons
   // The O tile reuses Q's bytes: this warp writes only its own rows, which only it has read.
   __syncwarp();
   unsigned char* s_o = smem + Traits::kQOffset;
-  store_accumulator<Tag, QTile>(s_o, acc, warp_row0, lane);
+  store_accumulator<Tag, QTile>(s_o, acc, warp_row0, 0, lane);
   __syncthreads();
   char* o_tile = static_cast<char*>(p.out) + (gmem_offset(ix.batch, seq.q_offset + m0, ix.head, p.o_batch_stride,
                                                           p.o_row_stride, p.o_head_stride)) *

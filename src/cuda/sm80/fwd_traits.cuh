@@ -30,18 +30,14 @@ struct FwdTileShape {
 inline constexpr std::size_t kFwdBigSmemBytes = 192 * 1024;
 
 // Build-time variants for side-by-side timing (-DFLASHATTN_SM80_FWD_VARIANT=N, forward.cmake;
-// scripts/gpu_variants.sh); 0 is the default. The last measured set (two K/V stages at D = 256,
-// skipping idle O rescales, other D = 128 and D = 256 shapes) was removed after the H200 run;
-// docs/kernels-sm80-forward.md ("Build variants") has the figures and the commit that had them.
-// Waiting for a GPU run:
-//   1: D = 256 on big_smem GPUs double-buffers 32-key K/V tiles, {64, 32, 4, 2}: still 96 KB and two
-//      blocks per SM, but each load has a whole iteration to land, for the 512–2k cells that one
-//      block's prologue and waits still cost (0.96–0.996× FA2 at e1ff4df); twice the barriers per key.
+// scripts/gpu_variants.sh); 0 is the default and the only one today. The measured ones (two K/V
+// stages at D = 256, skipping idle O rescales, other D = 128 and D = 256 shapes, {64, 32, 4, 2} at
+// D = 256) were removed after their H200 runs; docs/kernels-sm80-forward.md ("Build variants") has
+// the figures and the commits that had them.
 #ifndef FLASHATTN_SM80_FWD_VARIANT
 #define FLASHATTN_SM80_FWD_VARIANT 0
 #endif
-static_assert(FLASHATTN_SM80_FWD_VARIANT >= 0 && FLASHATTN_SM80_FWD_VARIANT <= 1,
-              "FLASHATTN_SM80_FWD_VARIANT: 0 (default) or 1, see above");
+static_assert(FLASHATTN_SM80_FWD_VARIANT == 0, "FLASHATTN_SM80_FWD_VARIANT: only 0 (the default) exists, see above");
 
 // Chosen for H100/H200 (and valid on A100: every shape's shared memory is ≤ 163 KB unless
 // big_smem), after FlashAttention-2's tuned shapes; see docs/kernels-sm80-forward.md. dtype does
@@ -58,7 +54,7 @@ constexpr FwdTileShape fwd_tile_shape(int head_dim, DType /*dtype*/, bool /*mask
   // there (ncu of PyTorch's flash kernel: Flash_fwd_kernel_traits<256, 64, 64, 4>): one block's
   // barriers and loads are covered by the other's math. A100 (164 KB per SM) fits one such block
   // per SM, so it keeps the 8-warp 128-row block.
-  if (big_smem) return FLASHATTN_SM80_FWD_VARIANT == 1 ? FwdTileShape{64, 32, 4, 2} : FwdTileShape{64, 64, 4, 1};
+  if (big_smem) return {64, 64, 4, 1};
   return {128, 64, 8, 1};
 }
 

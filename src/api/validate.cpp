@@ -5,6 +5,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "api/status_try.hpp"
+
 namespace flashattn {
 namespace {
 
@@ -110,12 +112,6 @@ Status check_head_dim(const char* what, int64_t d) {
   return Status::success();
 }
 
-#define FA_TRY(expr)               \
-  do {                             \
-    Status s_ = (expr);            \
-    if (!s_.ok()) return s_;       \
-  } while (0)
-
 // Row and head strides of a [.., rows, heads, d] view (rank 3 or 4).
 void strides_of(const TensorView& t, bool varlen, int64_t* batch, int64_t* row, int64_t* head) {
   int o = varlen ? 0 : 1;
@@ -170,9 +166,9 @@ Status common_params(const AttentionArgs& a, FwdParams* p) {
       << (varlen ? " (varlen: [total_q, heads, d])" : " ([batch, seqlen, heads, d]; set cu_seqlens for varlen)");
     return Status::invalid(m.str());
   }
-  FA_TRY(check_view("q", a.q, rank, dt, dev));
-  FA_TRY(check_view("k", a.k, rank, dt, dev));
-  FA_TRY(check_view("v", a.v, rank, dt, dev));
+  FLASHATTN_TRY(check_view("q", a.q, rank, dt, dev));
+  FLASHATTN_TRY(check_view("k", a.k, rank, dt, dev));
+  FLASHATTN_TRY(check_view("v", a.v, rank, dt, dev));
 
   const int o = varlen ? 0 : 1;  // index of the rows dimension
   p->dtype = dt;
@@ -187,8 +183,8 @@ Status common_params(const AttentionArgs& a, FwdParams* p) {
       return Status::invalid(std::string(a.cu_seqlens_q.empty() ? "cu_seqlens_q" : "cu_seqlens_k") +
                              ": missing; varlen needs both cu_seqlens_q and cu_seqlens_k");
     }
-    FA_TRY(check_view("cu_seqlens_q", a.cu_seqlens_q, 1, DType::i32, dev));
-    FA_TRY(check_view("cu_seqlens_k", a.cu_seqlens_k, 1, DType::i32, dev));
+    FLASHATTN_TRY(check_view("cu_seqlens_q", a.cu_seqlens_q, 1, DType::i32, dev));
+    FLASHATTN_TRY(check_view("cu_seqlens_k", a.cu_seqlens_k, 1, DType::i32, dev));
     if (a.cu_seqlens_q.shape[0] < 1) return Status::invalid("cu_seqlens_q: needs batch + 1 >= 1 entries, got 0");
     if (a.cu_seqlens_k.shape[0] != a.cu_seqlens_q.shape[0]) {
       Message m;
@@ -205,11 +201,11 @@ Status common_params(const AttentionArgs& a, FwdParams* p) {
     p->seqlen_k = a.max_seqlen_k;
     p->total_q = a.q.shape[0];
     p->total_k = a.k.shape[0];
-    FA_TRY(check_shape("k", a.k, {p->total_k, p->heads_kv, p->hdim_qk}, "[total_k, heads_kv, hdim_qk of q]"));
-    FA_TRY(check_shape("v", a.v, {p->total_k, p->heads_kv, p->hdim_v}, "[total_k of k, heads_kv of k, hdim_v]"));
+    FLASHATTN_TRY(check_shape("k", a.k, {p->total_k, p->heads_kv, p->hdim_qk}, "[total_k, heads_kv, hdim_qk of q]"));
+    FLASHATTN_TRY(check_shape("v", a.v, {p->total_k, p->heads_kv, p->hdim_v}, "[total_k of k, heads_kv of k, hdim_v]"));
     if (dev == Device::cpu) {  // host offsets can be checked; device ones are the caller's contract
-      FA_TRY(check_cu_seqlens("cu_seqlens_q", a.cu_seqlens_q, p->total_q, a.max_seqlen_q, "max_seqlen_q"));
-      FA_TRY(check_cu_seqlens("cu_seqlens_k", a.cu_seqlens_k, p->total_k, a.max_seqlen_k, "max_seqlen_k"));
+      FLASHATTN_TRY(check_cu_seqlens("cu_seqlens_q", a.cu_seqlens_q, p->total_q, a.max_seqlen_q, "max_seqlen_q"));
+      FLASHATTN_TRY(check_cu_seqlens("cu_seqlens_k", a.cu_seqlens_k, p->total_k, a.max_seqlen_k, "max_seqlen_k"));
     }
     p->cu_seqlens_q = static_cast<const int32_t*>(a.cu_seqlens_q.data);
     p->cu_seqlens_k = static_cast<const int32_t*>(a.cu_seqlens_k.data);
@@ -219,14 +215,14 @@ Status common_params(const AttentionArgs& a, FwdParams* p) {
     p->seqlen_k = a.k.shape[1];
     p->total_q = p->batch * p->seqlen_q;
     p->total_k = p->batch * p->seqlen_k;
-    FA_TRY(check_shape("k", a.k, {p->batch, p->seqlen_k, p->heads_kv, p->hdim_qk},
+    FLASHATTN_TRY(check_shape("k", a.k, {p->batch, p->seqlen_k, p->heads_kv, p->hdim_qk},
                        "[batch of q, seqlen_k, heads_kv, hdim_qk of q]"));
-    FA_TRY(check_shape("v", a.v, {p->batch, p->seqlen_k, p->heads_kv, p->hdim_v},
+    FLASHATTN_TRY(check_shape("v", a.v, {p->batch, p->seqlen_k, p->heads_kv, p->hdim_v},
                        "[batch of q, seqlen_k of k, heads_kv of k, hdim_v]"));
   }
 
-  FA_TRY(check_head_dim("hdim_qk (last dimension of q, k)", p->hdim_qk));
-  FA_TRY(check_head_dim("hdim_v (last dimension of v)", p->hdim_v));
+  FLASHATTN_TRY(check_head_dim("hdim_qk (last dimension of q, k)", p->hdim_qk));
+  FLASHATTN_TRY(check_head_dim("hdim_v (last dimension of v)", p->hdim_v));
   if (p->heads_kv == 0 || p->heads_q % p->heads_kv != 0) {
     Message m;
     m << "heads: heads_q = " << p->heads_q << " is not a multiple of heads_kv = " << p->heads_kv << " (k, v)";
@@ -266,11 +262,11 @@ Status common_params(const AttentionArgs& a, FwdParams* p) {
 Status out_like(const char* name, const TensorView& t, const FwdParams& p, int64_t d, const char* ddesc,
                 int64_t* bs, int64_t* rs, int64_t* hs) {
   const bool varlen = p.is_varlen();
-  FA_TRY(check_view(name, t, varlen ? 3 : 4, p.dtype, p.device));
+  FLASHATTN_TRY(check_view(name, t, varlen ? 3 : 4, p.dtype, p.device));
   if (varlen) {
-    FA_TRY(check_shape(name, t, {p.total_q, p.heads_q, d}, ddesc));
+    FLASHATTN_TRY(check_shape(name, t, {p.total_q, p.heads_q, d}, ddesc));
   } else {
-    FA_TRY(check_shape(name, t, {p.batch, p.seqlen_q, p.heads_q, d}, ddesc));
+    FLASHATTN_TRY(check_shape(name, t, {p.batch, p.seqlen_q, p.heads_q, d}, ddesc));
   }
   strides_of(t, varlen, bs, rs, hs);
   return Status::success();
@@ -278,13 +274,13 @@ Status out_like(const char* name, const TensorView& t, const FwdParams& p, int64
 
 Status lse_params(const char* name, const TensorView& t, FwdParams* p) {
   const bool varlen = p->is_varlen();
-  FA_TRY(check_view(name, t, varlen ? 2 : 3, DType::f32, p->device));
+  FLASHATTN_TRY(check_view(name, t, varlen ? 2 : 3, DType::f32, p->device));
   if (varlen) {
-    FA_TRY(check_shape(name, t, {p->heads_q, p->total_q}, "[heads_q, total_q]"));
+    FLASHATTN_TRY(check_shape(name, t, {p->heads_q, p->total_q}, "[heads_q, total_q]"));
     p->lse_batch_stride = 0;
     p->lse_head_stride = t.stride[0];
   } else {
-    FA_TRY(check_shape(name, t, {p->batch, p->heads_q, p->seqlen_q}, "[batch, heads_q, seqlen_q]"));
+    FLASHATTN_TRY(check_shape(name, t, {p->batch, p->heads_q, p->seqlen_q}, "[batch, heads_q, seqlen_q]"));
     p->lse_batch_stride = t.stride[0];
     p->lse_head_stride = t.stride[1];
   }
@@ -296,12 +292,12 @@ Status lse_params(const char* name, const TensorView& t, FwdParams* p) {
 
 Status to_params(const ForwardArgs& a, FwdParams* p) {
   *p = FwdParams{};
-  FA_TRY(common_params(a, p));
+  FLASHATTN_TRY(common_params(a, p));
   if (a.out.empty()) return Status::invalid("out: missing (the output tensor is required)");
-  FA_TRY(out_like("out", a.out, *p, p->hdim_v, "[batch, seqlen_q, heads_q, hdim_v]", &p->o_batch_stride,
+  FLASHATTN_TRY(out_like("out", a.out, *p, p->hdim_v, "[batch, seqlen_q, heads_q, hdim_v]", &p->o_batch_stride,
                   &p->o_row_stride, &p->o_head_stride));
   p->out = a.out.data;
-  if (!a.lse.empty()) FA_TRY(lse_params("lse", a.lse, p));
+  if (!a.lse.empty()) FLASHATTN_TRY(lse_params("lse", a.lse, p));
   p->workspace = a.workspace;
   p->workspace_bytes = a.workspace_bytes;
   return Status::success();
@@ -309,7 +305,7 @@ Status to_params(const ForwardArgs& a, FwdParams* p) {
 
 Status to_params(const BackwardArgs& a, BwdParams* p) {
   *p = BwdParams{};
-  FA_TRY(common_params(a, p));
+  FLASHATTN_TRY(common_params(a, p));
   const char* out_desc = "[batch, seqlen_q, heads_q, hdim_v]";
   if (a.out.empty()) return Status::invalid("out: missing (the forward's output is required)");
   if (a.dout.empty()) return Status::invalid("dout: missing (the incoming gradient is required)");
@@ -317,15 +313,15 @@ Status to_params(const BackwardArgs& a, BwdParams* p) {
   if (a.dq.empty()) return Status::invalid("dq: missing");
   if (a.dk.empty()) return Status::invalid("dk: missing");
   if (a.dv.empty()) return Status::invalid("dv: missing");
-  FA_TRY(out_like("out", a.out, *p, p->hdim_v, out_desc, &p->o_batch_stride, &p->o_row_stride, &p->o_head_stride));
-  FA_TRY(out_like("dout", a.dout, *p, p->hdim_v, out_desc, &p->do_batch_stride, &p->do_row_stride,
+  FLASHATTN_TRY(out_like("out", a.out, *p, p->hdim_v, out_desc, &p->o_batch_stride, &p->o_row_stride, &p->o_head_stride));
+  FLASHATTN_TRY(out_like("dout", a.dout, *p, p->hdim_v, out_desc, &p->do_batch_stride, &p->do_row_stride,
                   &p->do_head_stride));
-  FA_TRY(out_like("dq", a.dq, *p, p->hdim_qk, "[batch, seqlen_q, heads_q, hdim_qk] (as q)", &p->dq_batch_stride,
+  FLASHATTN_TRY(out_like("dq", a.dq, *p, p->hdim_qk, "[batch, seqlen_q, heads_q, hdim_qk] (as q)", &p->dq_batch_stride,
                   &p->dq_row_stride, &p->dq_head_stride));
-  FA_TRY(lse_params("lse", a.lse, p));
+  FLASHATTN_TRY(lse_params("lse", a.lse, p));
   const bool varlen = p->is_varlen();
-  FA_TRY(check_view("dk", a.dk, varlen ? 3 : 4, p->dtype, p->device));
-  FA_TRY(check_view("dv", a.dv, varlen ? 3 : 4, p->dtype, p->device));
+  FLASHATTN_TRY(check_view("dk", a.dk, varlen ? 3 : 4, p->dtype, p->device));
+  FLASHATTN_TRY(check_view("dv", a.dv, varlen ? 3 : 4, p->dtype, p->device));
   for (int i = 0; i < a.k.rank; ++i) {
     if (a.dk.shape[i] != a.k.shape[i]) return Status::invalid("dk: shape " + shape_str(a.dk) + ", expected that of k " + shape_str(a.k));
     if (a.dv.shape[i] != a.v.shape[i]) return Status::invalid("dv: shape " + shape_str(a.dv) + ", expected that of v " + shape_str(a.v));

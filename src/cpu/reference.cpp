@@ -300,21 +300,21 @@ double unit_roundoff(DType dtype) {
 
 const char* to_string(Precision precision) { return precision == Precision::f64 ? "f64" : "same"; }
 
-int64_t Layout::seq_of_q_row(int64_t row) const {
-  auto it = std::upper_bound(seqs.begin(), seqs.end(), row,
-                             [](int64_t r, const Sequence& s) { return r < s.q_begin; });
+namespace {
+
+// The sequence whose packed rows [begin, begin + len) (members of Sequence) hold `row`, or -1.
+int64_t seq_holding(const std::vector<Sequence>& seqs, int64_t row, int64_t Sequence::*begin, int64_t Sequence::*len) {
+  auto it = std::upper_bound(seqs.begin(), seqs.end(), row, [&](int64_t r, const Sequence& s) { return r < s.*begin; });
   if (it == seqs.begin()) return -1;
   --it;
-  return row < it->q_begin + it->q_len ? it - seqs.begin() : -1;
+  return row < (*it).*begin + (*it).*len ? it - seqs.begin() : -1;
 }
 
-int64_t Layout::seq_of_k_row(int64_t row) const {
-  auto it = std::upper_bound(seqs.begin(), seqs.end(), row,
-                             [](int64_t r, const Sequence& s) { return r < s.k_begin; });
-  if (it == seqs.begin()) return -1;
-  --it;
-  return row < it->k_begin + it->k_len ? it - seqs.begin() : -1;
-}
+}  // namespace
+
+int64_t Layout::seq_of_q_row(int64_t row) const { return seq_holding(seqs, row, &Sequence::q_begin, &Sequence::q_len); }
+
+int64_t Layout::seq_of_k_row(int64_t row) const { return seq_holding(seqs, row, &Sequence::k_begin, &Sequence::k_len); }
 
 Layout layout_of(const FwdParams& p) {
   Layout L;

@@ -67,7 +67,7 @@ TEST(CudaCommon, LdsmAddrMatchesSwizzleSmall) {
 // ---- TileIO -----------------------------------------------------------------------------------
 // Loads a tile from a strided matrix (rows_valid, cols_valid), reads it back logically, stores it
 // to a poisoned output with the same predicates.
-template <class Tile, int kThreads, bool kFallback>
+template <class Tile, int kThreads>
 __global__ void tile_io_kernel(const uint16_t* src, int64_t stride, int rows_valid, int cols_valid, uint16_t* logical,
                                uint16_t* stored) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -75,11 +75,7 @@ __global__ void tile_io_kernel(const uint16_t* src, int64_t stride, int rows_val
   for (int i = tid; i < Tile::kBytes / 4; i += kThreads) reinterpret_cast<uint32_t*>(smem)[i] = 0xdeadbeefu;
   __syncthreads();
   const uint32_t s = flashattn::ptx::smem_addr(smem);
-  if constexpr (kFallback) {
-    TileIO<Tile, kThreads>::load_async(s, src, stride, rows_valid, cols_valid, src, tid);
-  } else {
-    TileIO<Tile, kThreads>::load_async_or_zero(s, src, stride, rows_valid, cols_valid, tid);
-  }
+  TileIO<Tile, kThreads>::load_async_or_zero(s, src, stride, rows_valid, cols_valid, tid);
   flashattn::ptx::cp_async_commit();
   flashattn::ptx::cp_async_wait<0>();
   __syncthreads();
@@ -90,18 +86,18 @@ __global__ void tile_io_kernel(const uint16_t* src, int64_t stride, int rows_val
   TileIO<Tile, kThreads>::store(stored, stride, rows_valid, cols_valid, smem, tid);
 }
 
-template <int kRows, int kCols, int kThreads, bool kFallback>
+template <int kRows, int kCols, int kThreads>
 void check_tile_io(int rows_valid, int cols_valid) {
   using Tile = SmemTile<kRows, kCols>;
   SCOPED_TRACE(testing::Message() << "tile " << kRows << "x" << kCols << " threads " << kThreads << " valid "
-                                  << rows_valid << "x" << cols_valid << (kFallback ? " (fallback)" : ""));
+                                  << rows_valid << "x" << cols_valid);
   const int64_t stride = kCols + 40;  // padded rows
   std::vector<uint16_t> src(kRows * stride);
   for (size_t i = 0; i < src.size(); ++i) src[i] = uint16_t(1 + i % 60000);
   const uint16_t kPoison = 0xffff;
   fa_test::DeviceBuffer<uint16_t> dsrc(src), dlog(kRows * kCols), dst(std::vector<uint16_t>(src.size(), kPoison));
-  tile_io_kernel<Tile, kThreads, kFallback><<<1, kThreads, Tile::kBytes>>>(dsrc.ptr, stride, rows_valid, cols_valid,
-                                                                           dlog.ptr, dst.ptr);
+  tile_io_kernel<Tile, kThreads><<<1, kThreads, Tile::kBytes>>>(dsrc.ptr, stride, rows_valid, cols_valid,
+                                                                dlog.ptr, dst.ptr);
   FA_KERNEL_OK();
   const auto logical = dlog.download();
   const auto stored = dst.download();
@@ -116,17 +112,17 @@ void check_tile_io(int rows_valid, int cols_valid) {
 
 TEST(CudaCommon, TileLoadStorePredicatedSmall) {
   FA_REQUIRE_DEVICE();
-  check_tile_io<64, 128, 128, false>(64, 128);  // full tile fast path
-  check_tile_io<64, 128, 128, false>(37, 128);
-  check_tile_io<64, 128, 128, false>(64, 72);
-  check_tile_io<64, 128, 128, true>(37, 72);
-  check_tile_io<64, 96, 128, false>(50, 96);    // general path (128 % 12 != 0)
-  check_tile_io<64, 96, 128, true>(64, 40);
-  check_tile_io<64, 192, 256, false>(9, 136);
-  check_tile_io<128, 64, 128, false>(1, 8);
-  check_tile_io<64, 256, 128, false>(64, 256);  // store: one column per thread, 4-row steps (swizzle varies)
-  check_tile_io<64, 256, 128, false>(61, 200);
-  check_tile_io<128, 128, 256, true>(97, 64);   // store: 16-row steps
+  check_tile_io<64, 128, 128>(64, 128);  // full tile fast path
+  check_tile_io<64, 128, 128>(37, 128);
+  check_tile_io<64, 128, 128>(64, 72);
+  check_tile_io<64, 128, 128>(37, 72);
+  check_tile_io<64, 96, 128>(50, 96);    // general path (128 % 12 != 0)
+  check_tile_io<64, 96, 128>(64, 40);
+  check_tile_io<64, 192, 256>(9, 136);
+  check_tile_io<128, 64, 128>(1, 8);
+  check_tile_io<64, 256, 128>(64, 256);  // store: one column per thread, 4-row steps (swizzle varies)
+  check_tile_io<64, 256, 128>(61, 200);
+  check_tile_io<128, 128, 256>(97, 64);   // store: 16-row steps
 }
 
 // ---- gemm_ss and gemm_rs on one tile ----------------------------------------------------------

@@ -1,12 +1,14 @@
 // Host-side helpers every CUDA entry point shares: the current device, per-device "done once"
-// flags for one-time host work (an instance's device check, its shared-memory opt-in), and the
-// cuda_error Status that names who failed and at what.
+// flags for one-time host work (an instance's device check, its shared-memory opt-in), the
+// cuda_error Status that names who failed and at what, and the 16-byte layout check of a tensor.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "flashattn/flashattn.hpp"
@@ -38,6 +40,32 @@ inline Status cuda_status(const char* who, cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::success();
   return {StatusCode::cuda_error,
           std::string(who) + ": " + what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")"};
+}
+
+// One dimension of a tensor view: its name (for the message), index count and stride in elements.
+struct ViewDim {
+  const char* name;
+  int64_t extent;
+  int64_t stride;
+};
+
+// The sm80 kernels move 16-byte chunks of 8 f16/bf16 elements: the data pointer must be 16-byte
+// aligned and the stride of every dimension with more than one index a multiple of 8 elements
+// (a stride of a dimension of extent 1 is never used). not_supported names `who`, the tensor and
+// the dimension otherwise.
+inline Status check_16byte_layout(const char* who, const char* tensor, const void* ptr,
+                                  std::initializer_list<ViewDim> dims) {
+  if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0) {
+    return Status::unsupported(std::string(who) + ": " + tensor +
+                               ": data pointer is not 16-byte aligned (the kernels move 16-byte chunks)");
+  }
+  for (const ViewDim& d : dims) {
+    if (d.extent > 1 && d.stride % 8 != 0) {
+      return Status::unsupported(std::string(who) + ": " + tensor + ": " + d.name + " stride " +
+                                 std::to_string(d.stride) + " is not a multiple of 8 elements (16 bytes)");
+    }
+  }
+  return Status::success();
 }
 
 }  // namespace flashattn::cuda

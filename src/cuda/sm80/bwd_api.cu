@@ -10,6 +10,8 @@
 #include <string>
 #include <type_traits>
 
+#include "api/status_try.hpp"
+#include "cuda/common/host_runtime.hpp"
 #include "cuda/common/mask.cuh"
 #include "cuda/common/softmax.cuh"
 #include "cuda/cuda_backend.hpp"
@@ -97,22 +99,6 @@ bool use_big_tile(const DeviceLimits& dev, int head_dim) {
   return !force_small && dev.smem_optin >= bwd_tile(head_dim, true).smem_bytes();
 }
 
-// 16-byte alignment of a tensor's pointer and of the strides of its dimensions longer than 1
-// (the kernels move 16-byte chunks of 8 elements).
-Status check_aligned(const char* name, const void* ptr, std::initializer_list<std::pair<int64_t, int64_t>> dims) {
-  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) {
-    return Status::unsupported(std::string("cuda sm80 backward: ") + name +
-                               ": data pointer is not 16-byte aligned (the kernels load 16-byte chunks)");
-  }
-  for (const auto& [size, stride] : dims) {
-    if (size > 1 && stride % 8 != 0) {
-      return Status::unsupported(std::string("cuda sm80 backward: ") + name + ": stride " + std::to_string(stride) +
-                                 " is not a multiple of 8 elements (16 bytes)");
-    }
-  }
-  return Status::success();
-}
-
 Status check_all_aligned(const BwdParams& p) {
   const bool vl = p.is_varlen();
   const int64_t nb = vl ? 1 : p.batch;
@@ -133,8 +119,8 @@ Status check_all_aligned(const BwdParams& p) {
   };
   for (const View& v : views) {
     // varlen: the rows dimension is the packed one (always > 1 unless tiny); check it regardless.
-    Status s = check_aligned(v.name, v.ptr, {{nb, v.bs}, {vl ? 2 : v.rows, v.rs}, {v.heads, v.hs}});
-    if (!s.ok()) return s;
+    FLASHATTN_TRY(check_16byte_layout("cuda sm80 backward", v.name, v.ptr,
+                                      {{"batch", nb, v.bs}, {"row", vl ? 2 : v.rows, v.rs}, {"head", v.heads, v.hs}}));
   }
   return Status::success();
 }

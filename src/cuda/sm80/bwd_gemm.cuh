@@ -22,10 +22,7 @@
 // period.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
-#include <type_traits>
-#include <utility>
 
 #include "cuda/common/smem_tile.cuh"
 #include "cuda/common/warp_gemm.cuh"
@@ -79,23 +76,6 @@ __device__ __forceinline__ void gemm_atb(float (&acc)[kMTiles][kNTiles][4], uint
   for (int kk = 0; kk < kKSteps; ++kk) gemm_atb_step<Tag>(acc, a_addr, b_addr, kk);
 }
 
-template <class Tag, class ATile, class BTile, int kMTiles, int kNTiles, class Hook, std::size_t... kk>
-__device__ __forceinline__ void gemm_atb_hooked_steps(float (&acc)[kMTiles][kNTiles][4], const LdsmAddr<ATile>& a_addr,
-                                                      const LdsmAddr<BTile>& b_addr, const Hook& hook,
-                                                      std::index_sequence<kk...>) {
-  ((gemm_atb_step<Tag>(acc, a_addr, b_addr, static_cast<int>(kk)), hook(std::integral_constant<int, kk>{})), ...);
-}
-
-// gemm_atb with hook(std::integral_constant<int, kk>{}) run after k-step kk's mma: a place to spread
-// other work over the product instead of issuing it as one burst (build variant 1's dQ reds).
-template <class Tag, class ATile, class BTile, int kMTiles, int kNTiles, int kKSteps, class Hook>
-__device__ __forceinline__ void gemm_atb_hooked(float (&acc)[kMTiles][kNTiles][4], uint32_t a_tile, int a_col0,
-                                                uint32_t b_tile, int b_col0, int lane, const Hook& hook) {
-  gemm_atb_hooked_steps<Tag>(acc, atb_a_addr<ATile>(a_tile, a_col0, lane), atb_b_addr<BTile>(b_tile, b_col0, lane), hook,
-                             std::make_index_sequence<kKSteps>{});
-}
-
-// C[mi][ni] += Σ_k A(a_row0 + 16mi .., k)·B(k, b_col0 + 8ni ..) over k = 0 .. 16·kKSteps.
 template <class Tag, class ATile, class BTile, int kMTiles, int kNTiles, int kKSteps>
 __device__ __forceinline__ void gemm_ab(float (&acc)[kMTiles][kNTiles][4], uint32_t a_tile, int a_row0,
                                         uint32_t b_tile, int b_col0, int lane) {

@@ -51,16 +51,11 @@
 namespace flashattn::cuda::sm80 {
 
 // Build-time variants of the main loop, for side-by-side timing (CMake's FLASHATTN_SM80_BWD_VARIANT,
-// scripts/gpu_variants.sh); 0 is the default. The last measured set (LSE/D rows in registers — now
-// the default —, scalar dQ reds, dQ reds interleaved with dK, reordering, store addressing) was
-// removed after the H200 run; docs/kernels-sm80-backward.md has the figures and the commit that had
-// them. Waiting for a GPU run:
-//   1: dQ's GEMM, then dK's with dQ's reds spread over its k-steps (no burst of reds into the LSU
-//      queue), on top of the row registers; only where the reds are few (≤ 16 per lane: head dims
-//      ≤ 128) and without softcap, where the pair spilled 48-56 B. Measured alone +1.7…+3.3 % at hdim
-//      128; together with the row registers untested (4-12 B of spills at hdim 64/128 on sm_90a).
-static_assert(FLASHATTN_SM80_BWD_VARIANT >= 0 && FLASHATTN_SM80_BWD_VARIANT <= 1,
-              "FLASHATTN_SM80_BWD_VARIANT: 0 (default) or 1, see above");
+// scripts/gpu_variants.sh); 0 is the default and the only one today. The measured ones (LSE/D rows in
+// registers — now the default —, scalar dQ reds, dQ reds interleaved with dK, reordering, store
+// addressing) were removed after their H200 runs; docs/kernels-sm80-backward.md has the figures and
+// the commits that had them.
+static_assert(FLASHATTN_SM80_BWD_VARIANT == 0, "FLASHATTN_SM80_BWD_VARIANT: only 0 (the default) exists, see above");
 
 // Everything compile-time about one instance: the tile, the warp tiles of each product, and the
 // shared-memory carve-up.
@@ -133,7 +128,6 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   using TileK = typename Sh::TileK;
   using TileP = typename Sh::TileP;
   constexpr int kD = Sh::kD, kBM = Sh::kBM, kBN = Sh::kBN, kStages = Sh::kStages;
-  constexpr bool kInterleaveDq = FLASHATTN_SM80_BWD_VARIANT == 1 && !kSoftcap && Sh::kMtQ * 2 * Sh::kNtQ <= 16;
 
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -350,83 +344,44 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
         }
       }
 
-      if constexpr (kInterleaveDq) {
-        // ---- dQ = dS·K, then dK += dSᵀ·Q with dQ's reds spread over dK's k-steps (variant 1) ----
+      // ---- dQ += dS·K, into the fp32 workspace ---------------------------------------------------
+      {
         float acc_dq[Sh::kMtQ][Sh::kNtQ][4] = {};
         gemm_ab<Elem, TileP, TileK, Sh::kMtQ, Sh::kNtQ, kBN / 16>(acc_dq, s_ds, q_row0, s_k, q_col0, lane);
+        // This lane's first element; every other one is a compile-time offset from it. Columns at
+        // or past hdim_qk (a multiple of 8: whole n-tiles) are zero and not added.
         float* dq_lane = opaque(p.dq_accum + step.ws_row * kD +
-                                 (Sh::kTile.remat_lane ? dq_lane_held : kDq.index(q_row0 + g, q_col0 + 2 * t)));
+                               (Sh::kTile.remat_lane ? dq_lane_held : kDq.index(q_row0 + g, q_col0 + 2 * t)));
         const int cols_left = p.hdim_qk - q_col0;
-        // After dK's k-step kk, the lane's reds j ∈ [kk·kReds/kKSteps, (kk + 1)·kReds/kKSteps),
-        // j = (2mi + half)·kNtQ + ni.
-        constexpr int kReds = Sh::kMtQ * 2 * Sh::kNtQ, kKSteps = kBM / 16;
-        const auto dk_with_reds = [&](auto all_columns) {
-          gemm_atb_hooked<Elem, TileP, TileQ, Sh::kMtKV, Sh::kNtKV, kKSteps>(
-              acc_dk, s_ds, kv_row0, s_q, kv_col0, lane, [&](auto kk) {
-                constexpr int kLo = decltype(kk)::value * kReds / kKSteps;
-                constexpr int kHi = (decltype(kk)::value + 1) * kReds / kKSteps;
+        const auto add_dq = [&](auto all_columns) {
 #pragma unroll
-                for (int j = kLo; j < kHi; ++j) {
-                  const int mi = j / (2 * Sh::kNtQ), half = j / Sh::kNtQ % 2, ni = j % Sh::kNtQ;
-                  if (decltype(all_columns)::value || 8 * ni < cols_left) {
-                    ptx::red_add_v2_f32(dq_lane + kDq.index(16 * mi + 8 * half, 8 * ni), acc_dq[mi][ni][2 * half],
-                                        acc_dq[mi][ni][2 * half + 1]);
-                  }
-                }
-              });
-        };
-        if (cols_left >= Sh::kTdQ) {
-          dk_with_reds(std::true_type{});
-        } else {
-          dk_with_reds(std::false_type{});
-        }
-        if constexpr (kStages == 1) {
-          if (has_next) {
-            __syncthreads();  // everyone is done with Q
-            load_q(step_after(step), 0);
-            ptx::cp_async_commit();
-          }
-        }
-      } else {
-        // ---- dQ += dS·K, into the fp32 workspace ---------------------------------------------------
-        {
-          float acc_dq[Sh::kMtQ][Sh::kNtQ][4] = {};
-          gemm_ab<Elem, TileP, TileK, Sh::kMtQ, Sh::kNtQ, kBN / 16>(acc_dq, s_ds, q_row0, s_k, q_col0, lane);
-          // This lane's first element; every other one is a compile-time offset from it. Columns at
-          // or past hdim_qk (a multiple of 8: whole n-tiles) are zero and not added.
-          float* dq_lane = opaque(p.dq_accum + step.ws_row * kD +
-                                 (Sh::kTile.remat_lane ? dq_lane_held : kDq.index(q_row0 + g, q_col0 + 2 * t)));
-          const int cols_left = p.hdim_qk - q_col0;
-          const auto add_dq = [&](auto all_columns) {
-  #pragma unroll
-            for (int mi = 0; mi < Sh::kMtQ; ++mi) {
-  #pragma unroll
-              for (int half = 0; half < 2; ++half) {
-  #pragma unroll
-                for (int ni = 0; ni < Sh::kNtQ; ++ni) {
-                  if (decltype(all_columns)::value || 8 * ni < cols_left) {
-                    ptx::red_add_v2_f32(dq_lane + kDq.index(16 * mi + 8 * half, 8 * ni), acc_dq[mi][ni][2 * half],
-                                        acc_dq[mi][ni][2 * half + 1]);
-                  }
+          for (int mi = 0; mi < Sh::kMtQ; ++mi) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+#pragma unroll
+              for (int ni = 0; ni < Sh::kNtQ; ++ni) {
+                if (decltype(all_columns)::value || 8 * ni < cols_left) {
+                  ptx::red_add_v2_f32(dq_lane + kDq.index(16 * mi + 8 * half, 8 * ni), acc_dq[mi][ni][2 * half],
+                                      acc_dq[mi][ni][2 * half + 1]);
                 }
               }
             }
-          };
-          if (cols_left >= Sh::kTdQ) {
-            add_dq(std::true_type{});  // the common case: no per-add branch
-          } else {
-            add_dq(std::false_type{});
           }
+        };
+        if (cols_left >= Sh::kTdQ) {
+          add_dq(std::true_type{});  // the common case: no per-add branch
+        } else {
+          add_dq(std::false_type{});
         }
+      }
 
-        // ---- dK += dSᵀ·Q --------------------------------------------------------------------------
-        gemm_atb<Elem, TileP, TileQ, Sh::kMtKV, Sh::kNtKV, kBM / 16>(acc_dk, s_ds, kv_row0, s_q, kv_col0, lane);
-        if constexpr (kStages == 1) {
-          if (has_next) {
-            __syncthreads();  // everyone is done with Q
-            load_q(step_after(step), 0);
-            ptx::cp_async_commit();
-          }
+      // ---- dK += dSᵀ·Q --------------------------------------------------------------------------
+      gemm_atb<Elem, TileP, TileQ, Sh::kMtKV, Sh::kNtKV, kBM / 16>(acc_dk, s_ds, kv_row0, s_q, kv_col0, lane);
+      if constexpr (kStages == 1) {
+        if (has_next) {
+          __syncthreads();  // everyone is done with Q
+          load_q(step_after(step), 0);
+          ptx::cp_async_commit();
         }
       }
       if (has_next) step = step_after(step);  // recomputed rather than kept from the loads above: fewer live registers

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "api/status_try.hpp"
 #include "cuda/common/mask.cuh"
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/cuda_backend.hpp"
@@ -33,9 +34,6 @@ struct FwdInstance {
 const FwdInstance kFwdInstances[] = {FLASHATTN_SM80_FWD_HEADDIMS(FLASHATTN_SM80_FWD_ENTRY)};
 #undef FLASHATTN_SM80_FWD_ENTRY
 
-constexpr int64_t kVectorElems = 8;  // 16 bytes of f16/bf16: the cp.async and vector-store unit
-constexpr uintptr_t kVectorBytes = 16;
-
 // The smallest compiled instance whose head dim covers `need`, or null.
 const FwdInstance* find_instance(int64_t need) {
   const FwdInstance* best = nullptr;
@@ -45,49 +43,19 @@ const FwdInstance* find_instance(int64_t need) {
   return best;
 }
 
-Status check_pointer(const char* name, const void* ptr) {
-  if (reinterpret_cast<uintptr_t>(ptr) % kVectorBytes != 0) {
-    return Status::unsupported(std::string("cuda sm80 forward: ") + name +
-                               ": data pointer is not 16-byte aligned (the kernel moves 16-byte vectors)");
-  }
-  return Status::success();
-}
-
-// A stride matters only when its dimension has more than one index.
-Status check_stride(const char* name, const char* dim, int64_t stride, int64_t extent) {
-  if (extent > 1 && stride % kVectorElems != 0) {
-    return Status::unsupported(std::string("cuda sm80 forward: ") + name + ": " + dim + " stride " +
-                               std::to_string(stride) + " is not a multiple of 8 elements (16 bytes)");
-  }
-  return Status::success();
-}
-
-#define FA_TRY(expr)         \
-  do {                       \
-    Status s_ = (expr);      \
-    if (!s_.ok()) return s_; \
-  } while (0)
-
 Status check_layout(const FwdParams& p) {
   const int64_t rows_q = p.is_varlen() ? p.total_q : p.seqlen_q;
   const int64_t rows_k = p.is_varlen() ? p.total_k : p.seqlen_k;
   const int64_t batch = p.is_varlen() ? 1 : p.batch;  // varlen has no batch dimension
-  FA_TRY(check_pointer("q", p.q));
-  FA_TRY(check_pointer("k", p.k));
-  FA_TRY(check_pointer("v", p.v));
-  FA_TRY(check_pointer("out", p.out));
-  FA_TRY(check_stride("q", "batch", p.q_batch_stride, batch));
-  FA_TRY(check_stride("q", "row", p.q_row_stride, rows_q));
-  FA_TRY(check_stride("q", "head", p.q_head_stride, p.heads_q));
-  FA_TRY(check_stride("k", "batch", p.k_batch_stride, batch));
-  FA_TRY(check_stride("k", "row", p.k_row_stride, rows_k));
-  FA_TRY(check_stride("k", "head", p.k_head_stride, p.heads_kv));
-  FA_TRY(check_stride("v", "batch", p.v_batch_stride, batch));
-  FA_TRY(check_stride("v", "row", p.v_row_stride, rows_k));
-  FA_TRY(check_stride("v", "head", p.v_head_stride, p.heads_kv));
-  FA_TRY(check_stride("out", "batch", p.o_batch_stride, batch));
-  FA_TRY(check_stride("out", "row", p.o_row_stride, rows_q));
-  FA_TRY(check_stride("out", "head", p.o_head_stride, p.heads_q));
+  constexpr const char* kWho = "cuda sm80 forward";
+  FLASHATTN_TRY(check_16byte_layout(kWho, "q", p.q, {{"batch", batch, p.q_batch_stride}, {"row", rows_q, p.q_row_stride},
+                                              {"head", p.heads_q, p.q_head_stride}}));
+  FLASHATTN_TRY(check_16byte_layout(kWho, "k", p.k, {{"batch", batch, p.k_batch_stride}, {"row", rows_k, p.k_row_stride},
+                                              {"head", p.heads_kv, p.k_head_stride}}));
+  FLASHATTN_TRY(check_16byte_layout(kWho, "v", p.v, {{"batch", batch, p.v_batch_stride}, {"row", rows_k, p.v_row_stride},
+                                              {"head", p.heads_kv, p.v_head_stride}}));
+  FLASHATTN_TRY(check_16byte_layout(kWho, "out", p.out, {{"batch", batch, p.o_batch_stride}, {"row", rows_q, p.o_row_stride},
+                                                  {"head", p.heads_q, p.o_head_stride}}));
   return Status::success();
 }
 
@@ -150,10 +118,10 @@ Status fwd_plan(const FwdParams& p, FwdFn* run, bool* big_smem) {
                                std::to_string(need));
   }
   *big_smem = sm80::fwd_has_big_smem_shape(inst->head_dim, p.dtype, p.mask.has_mask()) && device_takes_big_smem();
-  FA_TRY(check_sizes(p, inst->head_dim, *big_smem));
-  FA_TRY(check_layout(p));
+  FLASHATTN_TRY(check_sizes(p, inst->head_dim, *big_smem));
+  FLASHATTN_TRY(check_layout(p));
   const bool bf16 = p.dtype == DType::bf16;
-  FA_TRY((bf16 ? inst->device_check_bf16 : inst->device_check_f16)(p, *big_smem));
+  FLASHATTN_TRY((bf16 ? inst->device_check_bf16 : inst->device_check_f16)(p, *big_smem));
   *run = bf16 ? inst->run_bf16 : inst->run_f16;
   return Status::success();
 }
@@ -169,7 +137,7 @@ Status sm80_forward_check(const FwdParams& params) {
 Status sm80_forward(const FwdParams& params) {
   FwdFn run = nullptr;
   bool big_smem = false;
-  FA_TRY(fwd_plan(params, &run, &big_smem));
+  FLASHATTN_TRY(fwd_plan(params, &run, &big_smem));
   return run(params, big_smem);
 }
 

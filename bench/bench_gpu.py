@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -23,19 +24,44 @@ DT = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def median_ms(fn, reps=30, warmup=5):
-    for _ in range(warmup):
-        fn()
+    return median_ms_each([fn], reps, warmup)[0]
+
+
+def time_one_call(fn):
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    fn()
+    b.record()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
+    return a.elapsed_time(b)
+
+
+def median_ms_each(fns, reps=30, warmup=5):
+    """Median time of one call of each function, CUDA events around the call, the GPU idle before
+    each. The calls are interleaved (rep r calls every function once, in forward order on even
+    reps and backward on odd ones), so clock and temperature drift during a cell reaches every
+    implementation alike instead of deciding a ratio."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    torch.cuda.synchronize()
+    times = [[] for _ in fns]
+    for r in range(reps):
+        order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
+            times[i].append(time_one_call(fns[i]))
+    return [sorted(t)[len(t) // 2] for t in times]
+
+
+def warm_up_gpu(seconds=2.0):
+    """Bring the GPU to its working clocks before the first cell (a cold GPU starts at idle clocks,
+    which used to penalize whichever implementation the first cell timed first)."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(10):
+            a @ a
         torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def flops(mode, causal, b, h, s, d):
@@ -59,63 +85,81 @@ def bench_cell(fa, mode, causal, dtype, d, s, reps, variants=()):
     dt = DT[dtype]
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt) for _ in range(3))
     fl = flops(mode, causal, b, h, s, d)
-    rows = []
     base = {"mode": mode, "causal": causal, "dtype": dtype, "hdim": d, "seqlen": s, "batch": b, "heads": h}
-
-    # flashattn, then each build variant on the same inputs, checked against the first's outputs
     dout = torch.randn_like(q) if mode == "bwd" else None
-    row, ref = time_library(fa, "flashattn", mode, causal, q, k, v, dout, base, fl, reps)
-    rows.append(row)
-    for name, fv in variants if ref is not None else ():
-        rows.append(time_library(fv, f"flashattn:{name}", mode, causal, q, k, v, dout, base, fl, reps, ref)[0])
 
+    # Every implementation is prepared first (a callable, or the error row), then all are timed
+    # together, interleaved (median_ms_each). flashattn first, then each build variant on the same
+    # inputs, checked against the first's outputs.
+    preps = [prepare_library(fa, "flashattn", mode, causal, q, k, v, dout, base)]
+    ref = preps[0].get("outputs")
+    for name, fv in variants if ref is not None else ():
+        preps.append(prepare_library(fv, f"flashattn:{name}", mode, causal, q, k, v, dout, base))
     # PyTorch SDPA, (b, h, s, d) views of the same (b, s, h, d) storage
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     for impl, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("torch-flash", SDPBackend.FLASH_ATTENTION)):
-        try:
-            with sdpa_kernel([backend]):
-                if mode == "fwd":
-                    ms = median_ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal), reps)
-                else:
-                    qg, kg, vg = (x.detach().requires_grad_() for x in (qt, kt, vt))
-                    o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
-                    do = torch.randn_like(o)
-                    ms = median_ms(lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True), reps)
-            rows.append(dict(impl=impl, **base, tflops=fl / ms / 1e9, ms=ms))
-        except RuntimeError as e:
-            rows.append(dict(impl=impl, **base, error=str(e)[:200]))
+        preps.append(prepare_sdpa(impl, backend, mode, causal, qt, kt, vt, base))
+
+    timed = [p for p in preps if "fn" in p]
+    for p, ms in zip(timed, median_ms_each([p["fn"] for p in timed], reps)):
+        p["row"].update(tflops=fl / ms / 1e9, ms=ms)
+    rows = []
+    for p in preps:
+        if ref is not None and p.get("outputs") is not None and p is not preps[0]:
+            p["row"]["max_rel_diff"] = max(
+                ((g.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30)).item()
+                for g, r in zip(p["outputs"], ref))
+        rows.append(p["row"])
     return rows
 
 
-def time_library(fa, impl, mode, causal, q, k, v, dout, base, fl, reps, ref=None):
+def prepare_sdpa(impl, backend, mode, causal, qt, kt, vt, base):
+    """PyTorch SDPA with one backend: {"row", "fn"} (fn is one call), or {"row"} with the error."""
+    def fwd():
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+    try:
+        if mode == "fwd":
+            fwd()
+            fn = fwd
+        else:
+            qg, kg, vg = (x.detach().requires_grad_() for x in (qt, kt, vt))
+            with sdpa_kernel([backend]):
+                o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+            do = torch.randn_like(o)
+            fn = lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True)  # noqa: E731
+            fn()
+        return {"row": dict(impl=impl, **base), "fn": fn}
+    except RuntimeError as e:
+        return {"row": dict(impl=impl, **base, error=str(e)[:200])}
+
+
+def prepare_library(fa, impl, mode, causal, q, k, v, dout, base):
     """One build of the library (the main one, or a variant: another libflashattn_c.so, e.g. a
-    tile-shape experiment) timed on the given inputs. Returns (row, outputs); with `ref` (the main
-    build's outputs) the row's `max_rel_diff` is max |a − b| / max |b| over out, lse or dq, dk, dv,
-    as a sanity check. outputs is None when the call failed."""
+    tile-shape experiment) set up on the given inputs: {"row", "fn", "outputs"} where outputs are
+    the tensors fn writes (out, lse or dq, dk, dv), filled by one call here; {"row"} with the error
+    when the call failed."""
     out, lse = torch.empty_like(q), torch.empty(q.shape[0], q.shape[2], q.shape[1], device="cuda")
     try:
         a = fa.args(q, k, v, out=out, lse=lse, causal=causal)
-        ws_f = fa.with_workspace(a, False, "cuda")  # noqa: F841
+        keep = [fa.with_workspace(a, False, "cuda")]  # workspaces: alive as long as the returned dict
         if mode == "fwd":
             path = fa.path(a)
-            ms = median_ms(lambda: fa.forward(a), reps)
+            fn = lambda: fa.forward(a)  # noqa: E731
             got = (out, lse)
         else:
             fa.forward(a)
             dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
             ab = fa.args(q, k, v, out=out, lse=lse, dout=dout, dq=dq, dk=dk, dv=dv, causal=causal)
-            ws_b = fa.with_workspace(ab, True, "cuda")  # noqa: F841
+            keep.append(fa.with_workspace(ab, True, "cuda"))
             path = fa.path(ab, backward=True)
-            ms = median_ms(lambda: fa.backward(ab), reps)
+            fn = lambda: fa.backward(ab)  # noqa: E731
             got = (dq, dk, dv)
-        row = dict(impl=impl, path=path, **base, tflops=fl / ms / 1e9, ms=ms)
-        if ref is not None:
-            row["max_rel_diff"] = max(
-                ((g.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30)).item()
-                for g, r in zip(got, ref))
-        return row, got
+        fn()
+        torch.cuda.synchronize()
+        return {"row": dict(impl=impl, path=path, **base), "fn": fn, "outputs": got, "keep": keep}
     except RuntimeError as e:
-        return dict(impl=impl, **base, error=str(e)[:300]), None
+        return {"row": dict(impl=impl, **base, error=str(e)[:300])}
 
 
 def main():
@@ -134,13 +178,16 @@ def main():
     args = p.parse_args()
 
     fa = FlashAttn(args.lib)
+    warm_up_gpu()
     variants = [(nv.split("=", 1)[0], FlashAttn(nv.split("=", 1)[1])) for nv in args.variant]
     torch.manual_seed(0)
     commit = os.environ.get("FLASHATTN_COMMIT") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     result = {"gpu": torch.cuda.get_device_name(), "commit": commit,
               "date": datetime.date.today().isoformat(), "torch": torch.__version__,
-              "cudnn": torch.backends.cudnn.version(), "ceilings": ceilings(10), "rows": []}
+              "cudnn": torch.backends.cudnn.version(), "ceilings": ceilings(10), "rows": [],
+              "timing": "interleaved: each rep times one call of every implementation (order alternating), "
+                        "CUDA events around the call, median per implementation; 2 s GPU warm-up first"}
     for mode in args.modes.split(","):
         for dtype in args.dtypes.split(","):
             for causal in (bool(int(c)) for c in args.causal.split(",")):

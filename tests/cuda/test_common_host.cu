@@ -164,44 +164,58 @@ TEST(CudaFwdTraits, BigSmemShapeOfHeadDim256) {
   }
 }
 
-// DqLayout: a permutation of each tile's block_m × head_dim floats; 8 columns from a multiple of 8
-// are 8 consecutive floats (the postprocess's two float4); a lane's elements are its first one plus
-// compile-time offsets (the kernel's pointer arithmetic); one warp-wide red of a column pair covers
-// 256 contiguous bytes (the point of the layout).
+// DqLayout, both red widths: a permutation of each tile's block_m × head_dim floats; a postprocess
+// chunk (8 columns from a multiple of 8, rows r and r + 8 for width 4) is 8·chunk_rows consecutive
+// floats at chunk_offset; a lane's elements are its first one plus compile-time offsets (the
+// kernel's pointer arithmetic); one warp-wide red covers 32·width contiguous floats (the point of
+// the layout: 256 or 512 bytes of whole lines).
 TEST(CudaBwdTile, DqLayoutIsTheFragmentOrder) {
   using flashattn::cuda::sm80::bwd_tile;
   using flashattn::cuda::sm80::DqLayout;
-  for (int d : {64, 96, 128, 192, 256}) {
-    for (bool big : {false, true}) {
-      const auto tile = bwd_tile(d, big);
-      const DqLayout L(tile);
-      SCOPED_TRACE(testing::Message() << "d " << d << " big_smem " << big);
-      std::vector<int> seen(tile.block_m * d, 0);
-      for (int r = 0; r < tile.block_m; ++r) {
-        for (int c = 0; c < d; ++c) {
-          const int i = L.index(r, c);
-          ASSERT_GE(i, 0);
-          ASSERT_LT(i, tile.block_m * d);
-          ++seen[i];
-          if (c % 8 != 0) ASSERT_EQ(i, L.index(r, c - c % 8) + c % 8);
+  for (int vec : {2, 4}) {
+    for (int d : {64, 96, 128, 192, 256}) {
+      for (bool big : {false, true}) {
+        const auto tile = bwd_tile(d, big);
+        const DqLayout L(tile, vec);
+        SCOPED_TRACE(testing::Message() << "width " << vec << " d " << d << " big_smem " << big);
+        std::vector<int> seen(tile.block_m * d, 0);
+        for (int r = 0; r < tile.block_m; ++r) {
+          for (int c = 0; c < d; ++c) {
+            const int i = L.index(r, c);
+            ASSERT_GE(i, 0);
+            ASSERT_LT(i, tile.block_m * d);
+            ++seen[i];
+            const int h = vec == 4 ? r / 8 % 2 : 0, first = L.index(r - 8 * h, c - c % 8);
+            ASSERT_EQ(i, first + DqLayout::chunk_offset(vec, h, c % 8 / 2, c % 2)) << "chunk of (" << r << ", " << c << ")";
+            ASSERT_LT(i - first, 8 * DqLayout::chunk_rows(vec));
+          }
         }
-      }
-      ASSERT_EQ(*std::min_element(seen.begin(), seen.end()), 1);
-      const int tm = tile.block_m / tile.warps_m_dq, td = d / (8 / tile.warps_m_dq);
-      for (int warp = 0; warp < 8; ++warp) {
-        const int row0 = warp % tile.warps_m_dq * tm, col0 = warp / tile.warps_m_dq * td;
-        for (int r = 0; r < tm; r += 8) {
-          for (int c = 0; c < td; c += 8) {
-            int lo = 1 << 30, hi = -1;
-            for (int lane = 0; lane < 32; ++lane) {
-              const int first = L.index(row0 + lane / 4, col0 + 2 * (lane % 4));
-              const int i = L.index(row0 + r + lane / 4, col0 + c + 2 * (lane % 4));
-              ASSERT_EQ(i, first + L.index(r, c)) << "warp " << warp << " lane " << lane;
-              lo = std::min(lo, i);
-              hi = std::max(hi, i + 2);  // the lane's column pair
+        ASSERT_EQ(*std::min_element(seen.begin(), seen.end()), 1);
+        const int tm = tile.block_m / tile.warps_m_dq, td = d / (8 / tile.warps_m_dq);
+        for (int warp = 0; warp < 8; ++warp) {
+          const int row0 = warp % tile.warps_m_dq * tm, col0 = warp / tile.warps_m_dq * td;
+          for (int r = 0; r < tm; r += 16) {
+            for (int c = 0; c < td; c += 8) {
+              for (int half = 0; half < 2; ++half) {
+                int lo = 1 << 30, hi = -1;
+                for (int lane = 0; lane < 32; ++lane) {
+                  const int first = L.index(row0 + lane / 4, col0 + 2 * (lane % 4));
+                  const int i = L.index(row0 + r + 8 * half + lane / 4, col0 + c + 2 * (lane % 4));
+                  ASSERT_EQ(i, first + L.index(r + 8 * half, c)) << "warp " << warp << " lane " << lane;
+                  // the lane's red: its column pair (width 2), or its whole C fragment from half 0 (width 4)
+                  const int base = vec == 4 ? first + L.index(r, c) : i;
+                  lo = std::min(lo, base);
+                  hi = std::max(hi, base + vec);
+                  if (vec == 4) {
+                    ASSERT_EQ(L.index(row0 + r + lane / 4, col0 + c + 2 * (lane % 4) + 1), base + 1);
+                    ASSERT_EQ(L.index(row0 + r + 8 + lane / 4, col0 + c + 2 * (lane % 4)), base + 2);
+                    ASSERT_EQ(L.index(row0 + r + 8 + lane / 4, col0 + c + 2 * (lane % 4) + 1), base + 3);
+                  }
+                }
+                ASSERT_EQ(hi - lo, 32 * vec) << "a warp's red is 32·width contiguous floats";
+                ASSERT_EQ(lo % (32 * vec), 0);
+              }
             }
-            ASSERT_EQ(hi - lo, 64) << "a warp's column-pair red is 64 contiguous floats";
-            ASSERT_EQ(lo % 64, 0);
           }
         }
       }

@@ -1,7 +1,7 @@
 // The PTX wrappers of src/cuda/ptx against their written fragment-layout contracts. Each test builds
 // or reads fragments exactly as the contract comment says, so a failure names the wrapper (or the
 // contract) that is wrong: mma (A/B/C layouts), ldmatrix (.x4/.x2, .trans), cp.async (zero fill),
-// pack2 (half order), exp2 (−inf).
+// pack2 (half order), exp2 (−inf), red.global.add (scalar, .v2, .v4: every element once per call).
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -10,6 +10,7 @@
 #include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/ptx/math.cuh"
 #include "cuda/ptx/mma.cuh"
+#include "cuda/ptx/red.cuh"
 #include "test_util.cuh"
 
 namespace {
@@ -126,6 +127,35 @@ __global__ void cp_async_kernel(const uint4* src, uint4* out) {
   cp_async_wait<0>();
   __syncthreads();
   if (threadIdx.x < 3) out[threadIdx.x] = s[threadIdx.x];
+}
+
+// red.global.add: 4 blocks × 64 threads add i + 1 (thread i) into a poisoned-free, nonzero start
+// vector through each form; integers, so every order gives the same exact sum: start + 4 (i + 1)
+// for each element a thread owns. Thread i owns elements [w·i, w·i + w) of the w-wide form.
+__global__ void red_kernel(float* scalar, float* v2, float* v4) {
+  using namespace flashattn::ptx;
+  const int i = threadIdx.x;
+  const float x = float(i + 1);
+  red_add_f32(scalar + i, x);
+  red_add_v2_f32(v2 + 2 * i, x, 2 * x);
+  red_add_v4_f32(v4 + 4 * i, x, 2 * x, 3 * x, 4 * x);
+}
+
+TEST(CudaPtx, RedGlobalAddForms) {
+  FA_REQUIRE_DEVICE();
+  constexpr int kThreads = 64, kBlocks = 4;
+  std::vector<float> start(4 * kThreads);
+  for (std::size_t j = 0; j < start.size(); ++j) start[j] = float(1000 + 7 * j);
+  fa_test::DeviceBuffer<float> scalar(std::vector<float>(start.begin(), start.begin() + kThreads)),
+      v2(std::vector<float>(start.begin(), start.begin() + 2 * kThreads)), v4(start);
+  red_kernel<<<kBlocks, kThreads>>>(scalar.ptr, v2.ptr, v4.ptr);
+  FA_KERNEL_OK();
+  const auto s = scalar.download(), a = v2.download(), b = v4.download();
+  for (int i = 0; i < kThreads; ++i) {
+    EXPECT_EQ(s[i], start[i] + kBlocks * (i + 1)) << "scalar element " << i;
+    for (int k = 0; k < 2; ++k) EXPECT_EQ(a[2 * i + k], start[2 * i + k] + kBlocks * (k + 1) * (i + 1)) << ".v2 " << i;
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(b[4 * i + k], start[4 * i + k] + kBlocks * (k + 1) * (i + 1)) << ".v4 " << i;
+  }
 }
 
 TEST(CudaPtx, CpAsyncZeroFillSmall) {

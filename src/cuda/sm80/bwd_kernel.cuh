@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   // kDq.index(q_row0 + g, q_col0 + 2t), its element (16mi + 8half, 8ni) at kDq.index(16mi + 8half,
   // 8ni) from there. The lane's part is held across the loop where lane values are rematerialized
   // anyway (remat_lane tiles) and recomputed per step elsewhere: each choice is the spill-free one.
-  constexpr DqLayout kDq(Sh::kTile);
+  constexpr DqLayout kDq(Sh::kTile, dq_red_width());
   const int dq_lane_held = kDq.index(q_row0 + lane / 4, q_col0 + 2 * (lane % 4));
 
   if (steps > 0) {
@@ -360,9 +360,12 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
             for (int half = 0; half < 2; ++half) {
 #pragma unroll
               for (int ni = 0; ni < Sh::kNtQ; ++ni) {
-                if (decltype(all_columns)::value || 8 * ni < cols_left) {
-                  ptx::red_add_v2_f32(dq_lane + kDq.index(16 * mi + 8 * half, 8 * ni), acc_dq[mi][ni][2 * half],
-                                      acc_dq[mi][ni][2 * half + 1]);
+                if (!decltype(all_columns)::value && 8 * ni >= cols_left) continue;
+                const float* c = acc_dq[mi][ni];
+                if constexpr (dq_red_width() == 4) {  // one red per C fragment (both halves)
+                  if (half == 0) ptx::red_add_v4_f32(dq_lane + kDq.index(16 * mi, 8 * ni), c[0], c[1], c[2], c[3]);
+                } else {
+                  ptx::red_add_v2_f32(dq_lane + kDq.index(16 * mi + 8 * half, 8 * ni), c[2 * half], c[2 * half + 1]);
                 }
               }
             }

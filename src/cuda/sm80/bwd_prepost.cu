@@ -113,21 +113,31 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_postprocess_kernel(const 
   const int rows = min(p.block_m, q.seq.seqlen_q - q.m0);
   const int chunks = p.hdim_qk / 8;
   const float* src = p.dq_accum + q.ws_row * p.head_dim;
-  const DqLayout layout(bwd_tile(p.head_dim, false));  // the tile's fragment order (bwd_tile.cuh)
+  constexpr int kVec = dq_red_width(), kRows = DqLayout::chunk_rows(kVec);  // 1 (v2) or 2 (v4) rows per chunk
   uint16_t* dst = static_cast<uint16_t*>(p.dq) +
                   gmem_offset(q.b, q.seq.q_offset + q.m0, q.hq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
-  for (int i = threadIdx.x; i < rows * chunks; i += kPrepostThreads) {
-    const int r = i / chunks, c = (i % chunks) * 8;
-    const float* chunk = src + layout.index(r, c);  // columns c .. c + 7: 8 consecutive floats
-    const float4 lo = *reinterpret_cast<const float4*>(chunk);
-    const float4 hi = *reinterpret_cast<const float4*>(chunk + 4);
-    const float s = p.scale;
-    uint4 out;
-    out.x = ptx::pack2<Tag>(lo.x * s, lo.y * s);
-    out.y = ptx::pack2<Tag>(lo.z * s, lo.w * s);
-    out.z = ptx::pack2<Tag>(hi.x * s, hi.y * s);
-    out.w = ptx::pack2<Tag>(hi.z * s, hi.w * s);
-    *reinterpret_cast<uint4*>(dst + r * p.dq_row_stride + c) = out;
+  const DqLayout layout(bwd_tile(p.head_dim, false), kVec);  // the main kernel's order (bwd_tile.cuh)
+  const float s = p.scale;
+  // One chunk: columns c .. c + 7 of rows r (and r + 8 when kRows = 2), 8·kRows consecutive floats.
+  for (int i = threadIdx.x; i < p.block_m / kRows * chunks; i += kPrepostThreads) {
+    const int j = i / chunks, c = (i % chunks) * 8;
+    const int r = kRows == 1 ? j : j / 8 * 16 + j % 8;
+    if (r >= rows) continue;
+    float v[8 * kRows];
+    const float4* chunk = reinterpret_cast<const float4*>(src + layout.index(r, c));
+#pragma unroll
+    for (int k = 0; k < 2 * kRows; ++k) reinterpret_cast<float4*>(v)[k] = chunk[k];
+#pragma unroll
+    for (int h = 0; h < kRows; ++h) {
+      if (h == 1 && r + 8 >= rows) break;
+      uint32_t packed[4];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        packed[t] = ptx::pack2<Tag>(v[DqLayout::chunk_offset(kVec, h, t, 0)] * s, v[DqLayout::chunk_offset(kVec, h, t, 1)] * s);
+      }
+      *reinterpret_cast<uint4*>(dst + (r + 8 * h) * p.dq_row_stride + c) =
+          make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    }
   }
 }
 

@@ -58,27 +58,52 @@ FLASHATTN_HD constexpr BwdTile bwd_tile(int head_dim, bool big_smem) {
   return BwdTile{};
 }
 
+// Floats per lane in one red of the dQ accumulator: red.global.add.v4.f32 (sm_90+: one red covers
+// a lane's whole mma C fragment); before sm_90 (no vector red) .v2, which the wrapper issues as two
+// scalar reds, each warp-wide one then on 256 contiguous bytes at half density (four of them per
+// fragment in the v4 layout would touch 512 bytes at quarter density). The main kernel and the
+// postprocess are compiled for the same architecture, so they agree; host code only tests both.
+FLASHATTN_HD constexpr int dq_red_width() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  return 2;
+#else
+  return 4;
+#endif
+}
+
 // Where element (r, c) of a query tile's dQ accumulator (block_m × head_dim fp32, contiguous in the
 // workspace) lives: the dQ GEMM's accumulator fragments in lane order, so that one warp-wide
-// red.global.add.v2.f32 covers 256 contiguous bytes (two whole 128-byte lines) instead of 8 rows ×
-// 32 bytes. With the dQ warp grid of the tile (warp w = wm + warps_m·wd owns rows wm·Tm ..,
-// columns wd·Td ..) and r = wm·Tm + 16mi + 8half + g, c = wd·Td + 8ni + 2t + e (the mma C layout):
-//   index = (((w·F + (mi·Nt + ni)·2 + half)·32 + 4g + t)·2 + e,   F = 2·Mt·Nt, Mt = Tm/16, Nt = Td/8.
+// red covers 32·vec contiguous floats (vec = 4: 512 bytes, four whole 128-byte lines; vec = 2: 256
+// bytes) instead of 8 rows × 32 bytes. With the dQ warp grid of the tile (warp w = wm + warps_m·wd
+// owns rows wm·Tm .., columns wd·Td ..) and r = wm·Tm + 16mi + 8half + g, c = wd·Td + 8ni + 2t + e
+// (the mma C layout; C tile (mi, ni) of a lane holds (half, e) = (0,0) (0,1) (1,0) (1,1)):
+//   vec 4: index = ((w·T + mi·Nt + ni)·32 + 4g + t)·4 + 2half + e,
+//   vec 2: index = (((w·T + mi·Nt + ni)·2 + half)·32 + 4g + t)·2 + e,    T = Mt·Nt, Mt = Tm/16, Nt = Td/8.
 // The map is linear in its pieces, so index(r0 + r, c0 + c) = index(r0, c0) + index(r, c) whenever
 // (r0, c0) is a lane's first element and (r, c) a multiple of (8, 8) inside the warp tile — the
-// kernel's lane pointer plus compile-time offsets. 8 consecutive columns from a multiple of 8 are 8
-// consecutive floats (t = 0..3, e = 0..1): the postprocess reads them as two float4.
+// kernel's lane pointer plus compile-time offsets. The postprocess reads a chunk: 8 columns from a
+// multiple of 8 of chunk_rows(vec) rows (r with half = 0, and r + 8 for vec 4), which are
+// 8·chunk_rows(vec) consecutive floats; element (row r + 8h, column c + 2t + e) is at
+// chunk_offset(vec, h, t, e) from the chunk's first.
 struct DqLayout {
-  int warps_m = 1, tile_m = 16, tile_d = 8;
+  int warps_m = 1, tile_m = 16, tile_d = 8, vec = 2;
 
-  FLASHATTN_HD constexpr explicit DqLayout(const BwdTile& t)
-      : warps_m(t.warps_m_dq), tile_m(t.block_m / t.warps_m_dq), tile_d(t.head_dim / (kBwdWarps / t.warps_m_dq)) {}
+  FLASHATTN_HD constexpr DqLayout(const BwdTile& t, int red_width)
+      : warps_m(t.warps_m_dq),
+        tile_m(t.block_m / t.warps_m_dq),
+        tile_d(t.head_dim / (kBwdWarps / t.warps_m_dq)),
+        vec(red_width) {}
   FLASHATTN_HD constexpr int index(int r, int c) const {
     const int w = r / tile_m + warps_m * (c / tile_d);
     const int rr = r % tile_m, cc = c % tile_d;
     const int mi = rr / 16, half = rr / 8 % 2, g = rr % 8, ni = cc / 8, t = cc % 8 / 2, e = cc % 2;
-    const int frags = 2 * (tile_m / 16) * (tile_d / 8);
-    return ((w * frags + (mi * (tile_d / 8) + ni) * 2 + half) * 32 + 4 * g + t) * 2 + e;
+    const int tile = w * (tile_m / 16) * (tile_d / 8) + mi * (tile_d / 8) + ni;
+    if (vec == 4) return (tile * 32 + 4 * g + t) * 4 + 2 * half + e;
+    return ((tile * 2 + half) * 32 + 4 * g + t) * 2 + e;
+  }
+  FLASHATTN_HD static constexpr int chunk_rows(int vec) { return vec / 2; }
+  FLASHATTN_HD static constexpr int chunk_offset(int vec, int h, int t, int e) {
+    return vec == 4 ? 4 * t + 2 * h + e : 2 * t + e;
   }
 };
 

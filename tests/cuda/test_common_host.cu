@@ -176,6 +176,10 @@ TEST(CudaBwdTile, DqLayoutIsTheFragmentOrder) {
     for (int d : {64, 96, 128, 192, 256}) {
       for (bool big : {false, true}) {
         const auto tile = bwd_tile(d, big);
+        // the postprocess reads the layout of bwd_tile(d, false): both tiles must agree on it
+        ASSERT_EQ(tile.wide_dq_reds, bwd_tile(d, false).wide_dq_reds);
+        ASSERT_EQ(tile.block_m, bwd_tile(d, false).block_m);
+        ASSERT_EQ(tile.warps_m_dq, bwd_tile(d, false).warps_m_dq);
         const DqLayout L(tile, vec);
         SCOPED_TRACE(testing::Message() << "width " << vec << " d " << d << " big_smem " << big);
         std::vector<int> seen(tile.block_m * d, 0);

@@ -51,11 +51,16 @@
 namespace flashattn::cuda::sm80 {
 
 // Build-time variants of the main loop, for side-by-side timing (CMake's FLASHATTN_SM80_BWD_VARIANT,
-// scripts/gpu_variants.sh); 0 is the default and the only one today. The measured ones (LSE/D rows in
-// registers — now the default —, scalar dQ reds, dQ reds interleaved with dK, reordering, store
-// addressing) were removed after their H200 runs; docs/kernels-sm80-backward.md has the figures and
-// the commits that had them.
-static_assert(FLASHATTN_SM80_BWD_VARIANT == 0, "FLASHATTN_SM80_BWD_VARIANT: only 0 (the default) exists, see above");
+// scripts/gpu_variants.sh); 0 is the default. The measured ones before (LSE/D rows in registers —
+// now the default —, scalar dQ reds, dQ reds interleaved with dK, reordering, store addressing) were
+// removed after their H200 runs; docs/kernels-sm80-backward.md has the figures and the commits.
+//   1: rotated start. Without a mask (and outside deterministic mode) key block n starts its walk
+//      over the query blocks at block n mod 8 and wraps around, so the blocks running together add
+//      into 8 neighbouring dQ tiles instead of all into one (ncu: lg_throttle on the reds at long
+//      sequences, where every running block belongs to one head and walks in step).
+static_assert(FLASHATTN_SM80_BWD_VARIANT == 0 || FLASHATTN_SM80_BWD_VARIANT == 1,
+              "FLASHATTN_SM80_BWD_VARIANT: 0 (the default) or 1, see above");
+inline constexpr bool kBwdRotateStart = FLASHATTN_SM80_BWD_VARIANT == 1;
 
 // Everything compile-time about one instance: the tile, the warp tiles of each product, and the
 // shared-memory carve-up.
@@ -166,6 +171,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   // Step (query head hq, query block at m0), built from scratch; step_after(s) is the next one:
   // the next query block of the same head, or the first of the next head of the group.
   const int m_start = m_begin * kBM, m_stop = (m_begin + num_m) * kBM;
+  // Each head's walk starts at m_first and wraps around to m_start (variant 1), else m_first = m_start.
+  const bool rotate = kBwdRotateStart && num_m > 0 && !p.deterministic && p.window_left < 0 && p.window_right < 0;
+  const int m_first = rotate ? m_start + n_block % 8 % num_m * kBM : m_start;
   const auto step_at = [&](int hq, int m0) {
     BwdStep s;
     s.hq = hq;
@@ -178,7 +186,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
     return s;
   };
   const auto step_after = [&](BwdStep s) {
-    if (s.m0 + kBM >= m_stop) return step_at(s.hq + 1, m_start);
+    if (s.m0 + kBM >= m_stop) return m_first == m_start ? step_at(s.hq + 1, m_start) : step_at(s.hq, m_start);
+    if (kBwdRotateStart && s.m0 + kBM == m_first) return step_at(s.hq + 1, m_first);
     s.m0 += kBM;
     s.ws_row += kBM;
     s.q += kBM * p.q_row_stride;
@@ -211,7 +220,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   // kDq.index(q_row0 + g, q_col0 + 2t), its element (16mi + 8half, 8ni) at kDq.index(16mi + 8half,
   // 8ni) from there. The lane's part is held across the loop where lane values are rematerialized
   // anyway (remat_lane tiles) and recomputed per step elsewhere: each choice is the spill-free one.
-  constexpr DqLayout kDq(Sh::kTile, dq_red_width());
+  constexpr DqLayout kDq(Sh::kTile, dq_red_width(Sh::kTile));
   const int dq_lane_held = kDq.index(q_row0 + lane / 4, q_col0 + 2 * (lane % 4));
 
   if (steps > 0) {
@@ -221,7 +230,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
                             gmem_offset(b, seq.k_offset + n0, h_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
     TileIO<TileK, kBwdThreads>::load_async_or_zero(s_k, k_src, p.k_row_stride, seq.seqlen_k - n0, p.hdim_qk, tid);
     TileIO<TileK, kBwdThreads>::load_async_or_zero(s_v, v_src, p.v_row_stride, seq.seqlen_k - n0, p.hdim_v, tid);
-    BwdStep step = step_at(h_kv * p.group, m_start);
+    BwdStep step = step_at(h_kv * p.group, m_first);
     load_q(step, 0);
     load_do(step, 0);
     ptx::cp_async_commit();
@@ -362,7 +371,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
               for (int ni = 0; ni < Sh::kNtQ; ++ni) {
                 if (!decltype(all_columns)::value && 8 * ni >= cols_left) continue;
                 const float* c = acc_dq[mi][ni];
-                if constexpr (dq_red_width() == 4) {  // one red per C fragment (both halves)
+                if constexpr (dq_red_width(Sh::kTile) == 4) {  // one red per C fragment (both halves)
                   if (half == 0) ptx::red_add_v4_f32(dq_lane + kDq.index(16 * mi, 8 * ni), c[0], c[1], c[2], c[3]);
                 } else {
                   ptx::red_add_v2_f32(dq_lane + kDq.index(16 * mi + 8 * half, 8 * ni), c[2 * half], c[2 * half + 1]);

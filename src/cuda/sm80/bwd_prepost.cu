@@ -106,20 +106,14 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const _
   if (tid == 0) p.counters[q.ws_row / p.block_m] = 0;
 }
 
-template <class Tag>
-__global__ void __launch_bounds__(kPrepostThreads) bwd_postprocess_kernel(const __grid_constant__ BwdKernelParams p) {
-  const QueryTile q = query_tile(p);
-  if (q.m0 >= q.seq.seqlen_q) return;
-  const int rows = min(p.block_m, q.seq.seqlen_q - q.m0);
-  const int chunks = p.hdim_qk / 8;
-  const float* src = p.dq_accum + q.ws_row * p.head_dim;
-  constexpr int kVec = dq_red_width(), kRows = DqLayout::chunk_rows(kVec);  // 1 (v2) or 2 (v4) rows per chunk
-  uint16_t* dst = static_cast<uint16_t*>(p.dq) +
-                  gmem_offset(q.b, q.seq.q_offset + q.m0, q.hq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
-  const DqLayout layout(bwd_tile(p.head_dim, false), kVec);  // the main kernel's order (bwd_tile.cuh)
-  const float s = p.scale;
-  // One chunk: columns c .. c + 7 of rows r (and r + 8 when kRows = 2), 8·kRows consecutive floats.
-  for (int i = threadIdx.x; i < p.block_m / kRows * chunks; i += kPrepostThreads) {
+// dq = dQ_accum · scale for one query tile, reading the accumulator in the main kernel's order (DqLayout
+// of red width kVec): one chunk is columns c .. c + 7 of rows r (and r + 8 when kVec = 4), 8·kRows
+// consecutive floats.
+template <class Tag, int kVec>
+__device__ void store_dq_tile(const DqLayout& layout, const float* src, uint16_t* dst, int64_t row_stride,
+                              int block_m, int rows, int chunks, float scale) {
+  constexpr int kRows = DqLayout::chunk_rows(kVec);
+  for (int i = threadIdx.x; i < block_m / kRows * chunks; i += kPrepostThreads) {
     const int j = i / chunks, c = (i % chunks) * 8;
     const int r = kRows == 1 ? j : j / 8 * 16 + j % 8;
     if (r >= rows) continue;
@@ -133,11 +127,27 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_postprocess_kernel(const 
       uint32_t packed[4];
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
-        packed[t] = ptx::pack2<Tag>(v[DqLayout::chunk_offset(kVec, h, t, 0)] * s, v[DqLayout::chunk_offset(kVec, h, t, 1)] * s);
+        packed[t] = ptx::pack2<Tag>(v[DqLayout::chunk_offset(kVec, h, t, 0)] * scale,
+                                    v[DqLayout::chunk_offset(kVec, h, t, 1)] * scale);
       }
-      *reinterpret_cast<uint4*>(dst + (r + 8 * h) * p.dq_row_stride + c) =
-          make_uint4(packed[0], packed[1], packed[2], packed[3]);
+      *reinterpret_cast<uint4*>(dst + (r + 8 * h) * row_stride + c) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
     }
+  }
+}
+
+template <class Tag>
+__global__ void __launch_bounds__(kPrepostThreads) bwd_postprocess_kernel(const __grid_constant__ BwdKernelParams p) {
+  const QueryTile q = query_tile(p);
+  if (q.m0 >= q.seq.seqlen_q) return;
+  const int rows = min(p.block_m, q.seq.seqlen_q - q.m0);
+  const float* src = p.dq_accum + q.ws_row * p.head_dim;
+  uint16_t* dst = static_cast<uint16_t*>(p.dq) +
+                  gmem_offset(q.b, q.seq.q_offset + q.m0, q.hq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+  const BwdTile tile = bwd_tile(p.head_dim, false);  // the main kernel's dQ order (bwd_tile.cuh)
+  if (dq_red_width(tile) == 4) {
+    store_dq_tile<Tag, 4>(DqLayout(tile, 4), src, dst, p.dq_row_stride, p.block_m, rows, p.hdim_qk / 8, p.scale);
+  } else {
+    store_dq_tile<Tag, 2>(DqLayout(tile, 2), src, dst, p.dq_row_stride, p.block_m, rows, p.hdim_qk / 8, p.scale);
   }
 }
 

@@ -25,6 +25,10 @@ struct BwdTile {
   // Recompute lane-derived shared-memory addresses inside the main loop instead of letting the
   // compiler hoist them (bwd_gemm.cuh's opaque()): which one avoids spills depends on the tile.
   bool remat_lane = false;
+  // dQ reds of 4 floats per lane (red.global.add.v4.f32, one per mma C fragment) on sm_90+ instead
+  // of 2: half the reds. Measured per head dim (H200, docs/kernels-sm80-backward.md): +1–3 % at 256,
+  // −0.5 % at 64, −5 % at 128 (where it also spills 8 B); the others keep .v2.
+  bool wide_dq_reds = false;
 
   // Shared memory: K, V (block_n × d), Q and dO (stages × block_m × d), P and dS (block_m ×
   // block_n), all 16-bit; LSE·log2e and D = rowsum(dO∘O) (stages × block_m fp32 each).
@@ -47,27 +51,28 @@ FLASHATTN_HD constexpr bool bwd_is_instance(int head_dim) {
 // needs it to double-buffer, every other tile fits an A100's 163 KB either way. block_m and
 // block_n never depend on big_smem (the workspace layout and the grid use them).
 FLASHATTN_HD constexpr BwdTile bwd_tile(int head_dim, bool big_smem) {
-  //                                d    bm   bn  wS wKV wQ stages remat_lane
-  if (head_dim == 64) return BwdTile{64, 128, 128, 2, 4, 4, 2, false};
-  if (head_dim == 96) return BwdTile{96, 64, 128, 2, 4, 4, 2, false};
-  if (head_dim == 128) return BwdTile{128, 64, 128, 2, 4, 2, 2, true};
-  if (head_dim == 192) return BwdTile{192, 64, 64, 4, 2, 2, 2, false};
+  //                                d    bm   bn  wS wKV wQ stages remat_lane wide_dq_reds
+  if (head_dim == 64) return BwdTile{64, 128, 128, 2, 4, 4, 2, false, false};
+  if (head_dim == 96) return BwdTile{96, 64, 128, 2, 4, 4, 2, false, false};
+  if (head_dim == 128) return BwdTile{128, 64, 128, 2, 4, 2, 2, true, false};
+  if (head_dim == 192) return BwdTile{192, 64, 64, 4, 2, 2, 2, false, false};
   if (head_dim == 256) {
-    return big_smem ? BwdTile{256, 64, 64, 4, 2, 2, 2, false} : BwdTile{256, 64, 64, 4, 2, 2, 1, false};
+    return big_smem ? BwdTile{256, 64, 64, 4, 2, 2, 2, false, true} : BwdTile{256, 64, 64, 4, 2, 2, 1, false, true};
   }
   return BwdTile{};
 }
 
-// Floats per lane in one red of the dQ accumulator: red.global.add.v4.f32 (sm_90+: one red covers
-// a lane's whole mma C fragment); before sm_90 (no vector red) .v2, which the wrapper issues as two
-// scalar reds, each warp-wide one then on 256 contiguous bytes at half density (four of them per
-// fragment in the v4 layout would touch 512 bytes at quarter density). The main kernel and the
-// postprocess are compiled for the same architecture, so they agree; host code only tests both.
-FLASHATTN_HD constexpr int dq_red_width() {
+// Floats per lane in one red of the tile's dQ accumulator: 4 (red.global.add.v4.f32, one red per
+// mma C fragment) for tiles with wide_dq_reds on sm_90+; otherwise 2 (.v2; before sm_90 there is no
+// vector red and the wrapper issues scalar reds, which in the width-2 layout still cover 256
+// contiguous bytes per warp at half density, where width 4 would spread them over 512). The main
+// kernel and the postprocess are compiled for the same architecture, so they agree; host code (the
+// layout test) takes the sm_90 answer.
+FLASHATTN_HD constexpr int dq_red_width(const BwdTile& t) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-  return 2;
+  return 2 + 0 * t.head_dim;
 #else
-  return 4;
+  return t.wide_dq_reds ? 4 : 2;
 #endif
 }
 

@@ -51,16 +51,11 @@
 namespace flashattn::cuda::sm80 {
 
 // Build-time variants of the main loop, for side-by-side timing (CMake's FLASHATTN_SM80_BWD_VARIANT,
-// scripts/gpu_variants.sh); 0 is the default. The measured ones before (LSE/D rows in registers —
-// now the default —, scalar dQ reds, dQ reds interleaved with dK, reordering, store addressing) were
-// removed after their H200 runs; docs/kernels-sm80-backward.md has the figures and the commits.
-//   1: rotated start. Without a mask (and outside deterministic mode) key block n starts its walk
-//      over the query blocks at block n mod 8 and wraps around, so the blocks running together add
-//      into 8 neighbouring dQ tiles instead of all into one (ncu: lg_throttle on the reds at long
-//      sequences, where every running block belongs to one head and walks in step).
-static_assert(FLASHATTN_SM80_BWD_VARIANT == 0 || FLASHATTN_SM80_BWD_VARIANT == 1,
-              "FLASHATTN_SM80_BWD_VARIANT: 0 (the default) or 1, see above");
-inline constexpr bool kBwdRotateStart = FLASHATTN_SM80_BWD_VARIANT == 1;
+// scripts/gpu_variants.sh); 0 is the default and the only one today. The measured ones (LSE/D rows in
+// registers — now the default —, scalar dQ reds, dQ reds interleaved with dK, reordering, store
+// addressing, a rotated start block) were removed after their H200 runs; docs/kernels-sm80-backward.md
+// has the figures and the commits that had them.
+static_assert(FLASHATTN_SM80_BWD_VARIANT == 0, "FLASHATTN_SM80_BWD_VARIANT: only 0 (the default) exists, see above");
 
 // Everything compile-time about one instance: the tile, the warp tiles of each product, and the
 // shared-memory carve-up.
@@ -171,9 +166,6 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   // Step (query head hq, query block at m0), built from scratch; step_after(s) is the next one:
   // the next query block of the same head, or the first of the next head of the group.
   const int m_start = m_begin * kBM, m_stop = (m_begin + num_m) * kBM;
-  // Each head's walk starts at m_first and wraps around to m_start (variant 1), else m_first = m_start.
-  const bool rotate = kBwdRotateStart && num_m > 0 && !p.deterministic && p.window_left < 0 && p.window_right < 0;
-  const int m_first = rotate ? m_start + n_block % 8 % num_m * kBM : m_start;
   const auto step_at = [&](int hq, int m0) {
     BwdStep s;
     s.hq = hq;
@@ -186,8 +178,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
     return s;
   };
   const auto step_after = [&](BwdStep s) {
-    if (s.m0 + kBM >= m_stop) return m_first == m_start ? step_at(s.hq + 1, m_start) : step_at(s.hq, m_start);
-    if (kBwdRotateStart && s.m0 + kBM == m_first) return step_at(s.hq + 1, m_first);
+    if (s.m0 + kBM >= m_stop) return step_at(s.hq + 1, m_start);
     s.m0 += kBM;
     s.ws_row += kBM;
     s.q += kBM * p.q_row_stride;
@@ -230,7 +221,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
                             gmem_offset(b, seq.k_offset + n0, h_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
     TileIO<TileK, kBwdThreads>::load_async_or_zero(s_k, k_src, p.k_row_stride, seq.seqlen_k - n0, p.hdim_qk, tid);
     TileIO<TileK, kBwdThreads>::load_async_or_zero(s_v, v_src, p.v_row_stride, seq.seqlen_k - n0, p.hdim_v, tid);
-    BwdStep step = step_at(h_kv * p.group, m_first);
+    BwdStep step = step_at(h_kv * p.group, m_start);
     load_q(step, 0);
     load_do(step, 0);
     ptx::cp_async_commit();

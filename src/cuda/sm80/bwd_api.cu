@@ -60,20 +60,26 @@ std::string compiled_list() {
 struct DeviceLimits {
   Status status;
   int smem_optin = 0;  // bytes of shared memory a block may opt in to
+  int num_sms = 0;     // multiprocessors (the split tail's wave size); 0 when unknown
 };
 
 // The current device's compute capability check and shared-memory limit, queried once per device.
 DeviceLimits device_limits() {
   static std::atomic<int> cached_optin[kMaxCachedDevices] = {};  // 0: not queried yet
+  static std::atomic<int> cached_sms[kMaxCachedDevices] = {};
   DeviceLimits d;
   const int dev = current_device();
   const bool cacheable = dev >= 0 && dev < kMaxCachedDevices;
-  if (cacheable && (d.smem_optin = cached_optin[dev].load(std::memory_order_acquire)) > 0) return d;
+  if (cacheable && (d.smem_optin = cached_optin[dev].load(std::memory_order_acquire)) > 0) {
+    d.num_sms = cached_sms[dev].load(std::memory_order_relaxed);
+    return d;
+  }
   int major = 0, minor = 0, probe = 0;
   cudaError_t err = dev < 0 ? cudaGetDevice(&probe) : cudaSuccess;  // dev < 0: why?
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.num_sms, cudaDevAttrMultiProcessorCount, dev);
   if (err != cudaSuccess) {
     cudaGetLastError();
     d.status = sm80::bwd_cuda_status(err, "querying the current device");
@@ -84,8 +90,53 @@ DeviceLimits device_limits() {
                                    std::to_string(major) + "." + std::to_string(minor));
     return d;
   }
-  if (cacheable) cached_optin[dev].store(d.smem_optin, std::memory_order_release);
+  // Test hook: FLASHATTN_SM80_BWD_SMS=N plans the grid for N multiprocessors, so that small test
+  // problems have whole waves and a split tail (or, with N = 1, no split at all).
+  static const int sms_override = [] {
+    const char* v = std::getenv("FLASHATTN_SM80_BWD_SMS");
+    return v != nullptr ? std::atoi(v) : 0;
+  }();
+  if (sms_override > 0) d.num_sms = sms_override;
+  if (cacheable) {
+    cached_sms[dev].store(d.num_sms, std::memory_order_relaxed);
+    cached_optin[dev].store(d.smem_optin, std::memory_order_release);
+  }
   return d;
+}
+
+// The split tail (bwd_params.cuh): a grid of B whole blocks on P multiprocessors ends with a wave of
+// B mod P blocks that leaves the other SMs idle for a whole block's time (measured on the H200,
+// s 16384 against 16896, whose grids are whole waves: 3 % of the backward at hdim 64, 128 and 256).
+// Splitting each of those tail blocks into k parts over its loop steps shortens that wave to about
+// ceil(tail·k / P) rounds of steps/k steps, plus each part's own prologue and fp32 dK/dV reduction,
+// counted as 2 steps. k minimizes that (at most 64, at most the block's steps). Only where every
+// block has the same steps — no mask, no varlen — and outside deterministic mode (the parts' dK/dV
+// additions race, as dQ's do).
+struct BwdSplit {
+  int first = 0, parts = 1, tail = 0;
+};
+
+BwdSplit split_for(const BwdParams& p, const sm80::BwdTile& tile, int num_sms) {
+  const int64_t blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n * p.heads_kv * p.batch;
+  BwdSplit s;
+  s.first = static_cast<int>(blocks);
+  const int64_t steps = (p.seqlen_q + tile.block_m - 1) / tile.block_m * p.group_size();
+  if (num_sms <= 1 || p.deterministic || p.is_varlen() || p.mask.has_mask() || steps < 2 || blocks > INT_MAX / 2) {
+    return s;
+  }
+  const int64_t tail = blocks % num_sms;
+  if (tail == 0) return s;
+  constexpr int64_t kPartOverheadSteps = 2, kMaxParts = 64;
+  int64_t best_k = 1, best_cost = steps + kPartOverheadSteps;
+  for (int64_t k = 2; k <= std::min(steps, kMaxParts); ++k) {
+    const int64_t cost = (tail * k + num_sms - 1) / num_sms * ((steps + k - 1) / k + kPartOverheadSteps);
+    if (cost < best_cost) best_k = k, best_cost = cost;
+  }
+  if (best_k == 1) return s;
+  s.first = static_cast<int>(blocks - tail);
+  s.parts = static_cast<int>(best_k);
+  s.tail = static_cast<int>(tail);
+  return s;
 }
 
 // Whether the device takes the big-shared-memory tile (bwd_tile(.., true)). Test hook: a set,
@@ -127,14 +178,17 @@ Status check_all_aligned(const BwdParams& p) {
 
 struct WorkspaceLayout {
   int64_t rows = 0;  // R, padded query rows per head
-  std::size_t dq_accum = 0, lse_log2 = 0, dsum = 0, counters = 0, bytes = 0;
+  std::size_t dq_accum = 0, lse_log2 = 0, dsum = 0, counters = 0, tail_dkv = 0, tail_done = 0, bytes = 0;
+  BwdSplit split;
 };
 
 WorkspaceLayout workspace_layout(const BwdParams& p, int head_dim) {
   constexpr std::size_t kAlign = 256;
   const auto up = [](std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
-  const int bm = bwd_tile(head_dim, false).block_m;
+  const sm80::BwdTile tile = bwd_tile(head_dim, false);
+  const int bm = tile.block_m;
   WorkspaceLayout w;
+  w.split = split_for(p, tile, device_limits().num_sms);
   w.rows = sm80::ws_rows(static_cast<int>(p.batch), p.total_q, p.is_varlen(), static_cast<int>(p.seqlen_q), bm);
   const std::size_t rows = static_cast<std::size_t>(w.rows) * static_cast<std::size_t>(p.heads_q);
   std::size_t off = 0;
@@ -146,6 +200,10 @@ WorkspaceLayout workspace_layout(const BwdParams& p, int head_dim) {
   off = up(off + rows * sizeof(float));
   w.counters = off;
   off = up(off + rows / bm * sizeof(int32_t));
+  w.tail_dkv = off;
+  off = up(off + std::size_t(w.split.tail) * 2 * tile.block_n * head_dim * sizeof(float));
+  w.tail_done = off;
+  off = up(off + std::size_t(w.split.tail) * sizeof(int32_t));
   w.bytes = off;
   return w;
 }
@@ -197,6 +255,11 @@ BwdKernelParams kernel_params(const BwdParams& p, int head_dim, const WorkspaceL
   k.block_m = tile.block_m;
   k.num_m_blocks = static_cast<int>((p.seqlen_q + tile.block_m - 1) / tile.block_m);
   k.num_n_blocks = static_cast<int>((p.seqlen_k + tile.block_n - 1) / tile.block_n);
+  k.split_first = w.split.first;
+  k.split_parts = w.split.parts;
+  k.grid_blocks = w.split.first + w.split.tail * w.split.parts;
+  k.tail_dkv = reinterpret_cast<float*>(ws + w.tail_dkv);
+  k.tail_done = reinterpret_cast<int32_t*>(ws + w.tail_done);
   return k;
 }
 
@@ -292,6 +355,11 @@ Status sm80_backward(const BwdParams& p) {
 
   s = sm80::launch_bwd_preprocess(k, p.dtype, stream);
   if (!s.ok()) return s;
+  if (w.split.tail > 0) {  // the split tail's sums and counters start at zero
+    s = sm80::bwd_cuda_status(cudaMemsetAsync(static_cast<char*>(p.workspace) + w.tail_dkv, 0, w.bytes - w.tail_dkv, stream),
+                              "zeroing the split tail's workspace");
+    if (!s.ok()) return s;
+  }
   s = with_instance(p.dtype, head_dim, [&](auto elem, auto d) {
     return sm80::launch_bwd_main<decltype(elem), decltype(d)::value>(k, stream, big_smem);
   });

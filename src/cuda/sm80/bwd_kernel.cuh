@@ -121,6 +121,53 @@ __device__ __forceinline__ int last_key_block_visiting(const Mask& mask, int m0,
   return imin(ceil_div(mask.seqlen_k, bn) - 1, (m0 + bm - 1 + mask.diag() + mask.right) / bn);
 }
 
+// Split tail epilogue (bwd_params.cuh) of one part of split key block `tail`: adds this part's
+// dK·scale and dV (the mma accumulators of the dK/dV warp tiles, kMt × kNt C fragments at (row0,
+// col0)) into the fp32 sums tail_dkv[tail] ([2][block_n][head_dim], row-major), then counts the part
+// done. The part that finishes last (block-uniform answer) reads the sums back as 16-bit values into
+// the K and V tiles in shared memory, for the regular stores, and returns true; the others return
+// false and are done. Release/acquire as CUDA's threadFenceReduction: every thread's reds, a fence,
+// the barrier, then one thread's counter atomic; the last one fences before the sums are read, from
+// L2 (ld.global.cg: this block never cached them).
+template <class Elem, class TileK, int kMt, int kNt>
+__device__ bool reduce_split_part(const BwdKernelParams& p, int tail, int parts, const float (&acc_dk)[kMt][kNt][4],
+                                  const float (&acc_dv)[kMt][kNt][4], int row0, int col0, unsigned char* s_k,
+                                  unsigned char* s_v) {
+  constexpr int kRows = TileK::kRows, kCols = TileK::kCols;
+  float* sum_dk = p.tail_dkv + int64_t{tail} * 2 * kRows * kCols;
+  float* sum_dv = sum_dk + kRows * kCols;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mi = 0; mi < kMt; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < kNt; ++ni) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int at = (row0 + 16 * mi + 8 * half + g) * kCols + col0 + 8 * ni + 2 * t;
+        ptx::red_add_v2_f32(sum_dk + at, acc_dk[mi][ni][2 * half] * p.scale, acc_dk[mi][ni][2 * half + 1] * p.scale);
+        ptx::red_add_v2_f32(sum_dv + at, acc_dv[mi][ni][2 * half], acc_dv[mi][ni][2 * half + 1]);
+      }
+    }
+  }
+  __threadfence();
+  __shared__ int last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(p.tail_done + tail, 1) == parts - 1;
+    __threadfence();
+  }
+  __syncthreads();
+  if (!last) return false;
+  for (int i = threadIdx.x; i < kRows * kCols / 2; i += kBwdThreads) {
+    const int r = i / (kCols / 2), c = i % (kCols / 2) * 2;
+    const float2 k2 = __ldcg(reinterpret_cast<const float2*>(sum_dk + r * kCols + c));
+    const float2 v2 = __ldcg(reinterpret_cast<const float2*>(sum_dv + r * kCols + c));
+    *reinterpret_cast<uint32_t*>(s_k + TileK::elem_offset(r, c)) = ptx::pack2<Elem>(k2.x, k2.y);
+    *reinterpret_cast<uint32_t*>(s_v + TileK::elem_offset(r, c)) = ptx::pack2<Elem>(v2.x, v2.y);
+  }
+  return true;
+}
+
 template <class Elem, int kHeadDim, bool kBigSmem, bool kSoftcap>
 __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_constant__ BwdKernelParams p) {
   using Sh = BwdShape<kHeadDim, kBigSmem>;
@@ -136,7 +183,14 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   // reading one head's Q and dO run together. Key block n_block = n, lowest first (the longest
   // causal ones first); deterministic with a right-bounded mask: n_block = last − n (see the top).
   const bool descending = p.deterministic && p.window_right >= 0;
-  int bid = blockIdx.x;
+  // Split tail (bwd_params.cuh): block split_first + j is part j mod split_parts of key block
+  // split_first + j / split_parts, which runs that part's share of the loop steps.
+  int bid = blockIdx.x, part = 0, parts = 1;
+  if (bid >= p.split_first) {
+    part = (bid - p.split_first) % p.split_parts;
+    parts = p.split_parts;
+    bid = p.split_first + (bid - p.split_first) / p.split_parts;
+  }
   const int n_block = descending ? p.num_n_blocks - 1 - bid % p.num_n_blocks : bid % p.num_n_blocks;
   bid /= p.num_n_blocks;
   const int h_kv = bid % p.heads_kv;
@@ -148,7 +202,10 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   const Mask mask{seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right};
   const int m_begin = mask.m_block_begin(n0, kBM);
   const int num_m = imax(0, mask.m_block_end(n0, kBN, kBM) - m_begin);
-  const int steps = num_m * p.group;  // (query head, query block) pairs, query blocks fastest
+  // This block's (query head, query block) pairs, query blocks fastest: pairs [first_step,
+  // first_step + steps) of the key block's num_m · group (all of them unless split).
+  const int first_step = static_cast<int>(int64_t{num_m} * p.group * part / parts);
+  const int steps = static_cast<int>(int64_t{num_m} * p.group * (part + 1) / parts) - first_step;
   const int64_t ws_row0 = ws_row_start(b, seq.q_offset, p.cu_seqlens_q != nullptr, p.seqlen_q, kBM);
 
   const uint32_t s_base = ptx::smem_addr(smem);
@@ -221,7 +278,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
                             gmem_offset(b, seq.k_offset + n0, h_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
     TileIO<TileK, kBwdThreads>::load_async_or_zero(s_k, k_src, p.k_row_stride, seq.seqlen_k - n0, p.hdim_qk, tid);
     TileIO<TileK, kBwdThreads>::load_async_or_zero(s_v, v_src, p.v_row_stride, seq.seqlen_k - n0, p.hdim_v, tid);
-    BwdStep step = step_at(h_kv * p.group, m_start);
+    BwdStep step = step_at(h_kv * p.group + first_step / num_m, m_start + first_step % num_m * kBM);
     load_q(step, 0);
     load_do(step, 0);
     ptx::cp_async_commit();
@@ -397,8 +454,13 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
 
   // ---- epilogue: dK·scale and dV, through shared memory (K, V's space) for coalesced stores -------
   __syncthreads();  // every warp is done reading K and V
-  store_accumulator<Elem, TileK>(smem + Sh::kOffK, acc_dk, kv_row0, kv_col0, lane, p.scale);
-  store_accumulator<Elem, TileK>(smem + Sh::kOffV, acc_dv, kv_row0, kv_col0, lane, 1.f);
+  if (parts == 1) {
+    store_accumulator<Elem, TileK>(smem + Sh::kOffK, acc_dk, kv_row0, kv_col0, lane, p.scale);
+    store_accumulator<Elem, TileK>(smem + Sh::kOffV, acc_dv, kv_row0, kv_col0, lane, 1.f);
+  } else if (!reduce_split_part<Elem, TileK>(p, (blockIdx.x - p.split_first) / parts, parts, acc_dk, acc_dv, kv_row0,
+                                               kv_col0, smem + Sh::kOffK, smem + Sh::kOffV)) {
+    return;  // another part of this key block finishes it
+  }
   __syncthreads();
   uint16_t* dk_dst = static_cast<uint16_t*>(p.dk) +
                      gmem_offset(b, seq.k_offset + n0, h_kv, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);

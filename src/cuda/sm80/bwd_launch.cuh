@@ -13,7 +13,7 @@ Status launch_bwd_main_tile(const BwdKernelParams& p, cudaStream_t stream) {
   const bool softcap = p.scores.mode == ScoreMode::softcap;
   const auto kernel = softcap ? bwd_main_kernel<Elem, kHeadDim, kBigSmem, true>
                               : bwd_main_kernel<Elem, kHeadDim, kBigSmem, false>;
-  const int64_t blocks = int64_t{p.num_n_blocks} * p.heads_kv * p.batch;
+  const int64_t blocks = p.grid_blocks;  // whole blocks, then the split tail's parts (bwd_params.cuh)
   if (blocks == 0) return Status::success();
   static DeviceFlags opted_in[2];  // [softcap]
   const int dev = current_device();

@@ -8,6 +8,12 @@
 //   dsum      [heads_q][R]             D = rowsum(dO ∘ O); 0 on padding rows
 //   counters  [heads_q][R / block_m]   deterministic mode: how many key blocks have added into
 //                                      each query block's dQ so far
+//   tail_dkv  [split_tail][2][block_n][head_dim]  split tail (below): the parts' dK·scale and dV sums
+//   tail_done [split_tail]             split tail: parts finished, per split key block
+// Split tail: when the grid's last wave would leave most SMs idle (blocks mod SMs = split_tail),
+// the last split_tail blocks each run as split_parts blocks over consecutive ranges of their
+// loop steps; the parts add dK, dV into tail_dkv and the last part to finish writes them. Blocks
+// [0, split_first) run whole. Both tail buffers are zeroed before the main kernel.
 // Sequence b's query rows start at ws_row_start(b), a multiple of block_m, and own
 // ceil(seqlen_q(b) / block_m) · block_m rows, so every query tile is whole and 16-byte aligned:
 //   padded batch: ws_row_start(b) = b · ceil(seqlen_q / block_m) · block_m,  R = that · batch
@@ -67,6 +73,11 @@ struct BwdKernelParams {
   int block_m = 0;         // the tile's, for the pre/postprocess kernels
   int num_m_blocks = 0;    // ceil(seqlen_q / block_m), of the longest sequence
   int num_n_blocks = 0;    // ceil(seqlen_k / block_n), likewise
+  int split_first = 0;     // blocks before it run whole; = the block count when nothing is split
+  int split_parts = 1;     // parts per split block
+  int grid_blocks = 0;     // split_first + split_tail · split_parts
+  float* tail_dkv = nullptr;
+  int32_t* tail_done = nullptr;
 };
 
 // First workspace row of sequence b (see the top of this file). q_offset = cu_seqlens_q[b] (varlen).

@@ -121,7 +121,7 @@ BwdSplit split_for(const BwdParams& p, const sm80::BwdTile& tile, int num_sms) {
   BwdSplit s;
   s.first = static_cast<int>(blocks);
   const int64_t steps = (p.seqlen_q + tile.block_m - 1) / tile.block_m * p.group_size();
-  if (num_sms <= 1 || p.deterministic || p.is_varlen() || p.mask.has_mask() || steps < 2 || blocks > INT_MAX / 2) {
+  if (!tile.split_tail || num_sms <= 1 || p.deterministic || p.is_varlen() || p.mask.has_mask() || steps < 2 || blocks > INT_MAX / 2) {
     return s;
   }
   const int64_t tail = blocks % num_sms;

@@ -128,11 +128,12 @@ __device__ __forceinline__ int last_key_block_visiting(const Mask& mask, int m0,
 // the K and V tiles in shared memory, for the regular stores, and returns true; the others return
 // false and are done. Release/acquire as CUDA's threadFenceReduction: every thread's reds, a fence,
 // the barrier, then one thread's counter atomic; the last one fences before the sums are read, from
-// L2 (ld.global.cg: this block never cached them).
+// L2 (ld.global.cg: this block never cached them). s_last: one int of shared memory nobody else uses
+// now.
 template <class Elem, class TileK, int kMt, int kNt>
 __device__ bool reduce_split_part(const BwdKernelParams& p, int tail, int parts, const float (&acc_dk)[kMt][kNt][4],
                                   const float (&acc_dv)[kMt][kNt][4], int row0, int col0, unsigned char* s_k,
-                                  unsigned char* s_v) {
+                                  unsigned char* s_v, int* s_last) {
   constexpr int kRows = TileK::kRows, kCols = TileK::kCols;
   float* sum_dk = p.tail_dkv + int64_t{tail} * 2 * kRows * kCols;
   float* sum_dv = sum_dk + kRows * kCols;
@@ -150,14 +151,13 @@ __device__ bool reduce_split_part(const BwdKernelParams& p, int tail, int parts,
     }
   }
   __threadfence();
-  __shared__ int last;
   __syncthreads();
   if (threadIdx.x == 0) {
-    last = atomicAdd(p.tail_done + tail, 1) == parts - 1;
+    *s_last = atomicAdd(p.tail_done + tail, 1) == parts - 1;
     __threadfence();
   }
   __syncthreads();
-  if (!last) return false;
+  if (!*s_last) return false;
   for (int i = threadIdx.x; i < kRows * kCols / 2; i += kBwdThreads) {
     const int r = i / (kCols / 2), c = i % (kCols / 2) * 2;
     const float2 k2 = __ldcg(reinterpret_cast<const float2*>(sum_dk + r * kCols + c));
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   // Split tail (bwd_params.cuh): block split_first + j is part j mod split_parts of key block
   // split_first + j / split_parts, which runs that part's share of the loop steps.
   int bid = blockIdx.x, part = 0, parts = 1;
-  if (bid >= p.split_first) {
+  if (Sh::kTile.split_tail && bid >= p.split_first) {
     part = (bid - p.split_first) % p.split_parts;
     parts = p.split_parts;
     bid = p.split_first + (bid - p.split_first) / p.split_parts;
@@ -204,8 +204,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   const int num_m = imax(0, mask.m_block_end(n0, kBN, kBM) - m_begin);
   // This block's (query head, query block) pairs, query blocks fastest: pairs [first_step,
   // first_step + steps) of the key block's num_m · group (all of them unless split).
-  const int first_step = static_cast<int>(int64_t{num_m} * p.group * part / parts);
-  const int steps = static_cast<int>(int64_t{num_m} * p.group * (part + 1) / parts) - first_step;
+  const int first_step = Sh::kTile.split_tail ? static_cast<int>(int64_t{num_m} * p.group * part / parts) : 0;
+  const int steps = Sh::kTile.split_tail ? static_cast<int>(int64_t{num_m} * p.group * (part + 1) / parts) - first_step
+                                         : num_m * p.group;
   const int64_t ws_row0 = ws_row_start(b, seq.q_offset, p.cu_seqlens_q != nullptr, p.seqlen_q, kBM);
 
   const uint32_t s_base = ptx::smem_addr(smem);
@@ -278,7 +279,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
                             gmem_offset(b, seq.k_offset + n0, h_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
     TileIO<TileK, kBwdThreads>::load_async_or_zero(s_k, k_src, p.k_row_stride, seq.seqlen_k - n0, p.hdim_qk, tid);
     TileIO<TileK, kBwdThreads>::load_async_or_zero(s_v, v_src, p.v_row_stride, seq.seqlen_k - n0, p.hdim_v, tid);
-    BwdStep step = step_at(h_kv * p.group + first_step / num_m, m_start + first_step % num_m * kBM);
+    BwdStep step = Sh::kTile.split_tail
+                       ? step_at(h_kv * p.group + first_step / num_m, m_start + first_step % num_m * kBM)
+                       : step_at(h_kv * p.group, m_start);
     load_q(step, 0);
     load_do(step, 0);
     ptx::cp_async_commit();
@@ -454,12 +457,13 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
 
   // ---- epilogue: dK·scale and dV, through shared memory (K, V's space) for coalesced stores -------
   __syncthreads();  // every warp is done reading K and V
-  if (parts == 1) {
+  if (!Sh::kTile.split_tail || parts == 1) {
     store_accumulator<Elem, TileK>(smem + Sh::kOffK, acc_dk, kv_row0, kv_col0, lane, p.scale);
     store_accumulator<Elem, TileK>(smem + Sh::kOffV, acc_dv, kv_row0, kv_col0, lane, 1.f);
   } else if (!reduce_split_part<Elem, TileK>(p, (blockIdx.x - p.split_first) / parts, parts, acc_dk, acc_dv, kv_row0,
-                                               kv_col0, smem + Sh::kOffK, smem + Sh::kOffV)) {
-    return;  // another part of this key block finishes it
+                                               kv_col0, smem + Sh::kOffK, smem + Sh::kOffV,
+                                               reinterpret_cast<int*>(smem + Sh::kOffLse))) {
+    return;  // another part of this key block finishes it (the LSE rows are not read after the loop)
   }
   __syncthreads();
   uint16_t* dk_dst = static_cast<uint16_t*>(p.dk) +

@@ -12,6 +12,10 @@
 
 #include "cuda/common/host_device.cuh"
 
+#ifndef FLASHATTN_SPLIT256
+#define FLASHATTN_SPLIT256 true
+#endif
+
 namespace flashattn::cuda::sm80 {
 
 inline constexpr int kBwdWarps = 8;
@@ -29,6 +33,9 @@ struct BwdTile {
   // of 2: half the reds. Measured per head dim (H200, docs/kernels-sm80-backward.md): +1–3 % at 256,
   // −0.5 % at 64, −5 % at 128 (where it also spills 8 B); the others keep .v2.
   bool wide_dq_reds = false;
+  // Split tail (bwd_params.cuh): the grid's last, partial wave runs as parts of blocks. Compiled
+  // only where it is on (it changes the kernel's setup and epilogue code).
+  bool split_tail = false;
 
   // Shared memory: K, V (block_n × d), Q and dO (stages × block_m × d), P and dS (block_m ×
   // block_n), all 16-bit; LSE·log2e and D = rowsum(dO∘O) (stages × block_m fp32 each).
@@ -51,13 +58,14 @@ FLASHATTN_HD constexpr bool bwd_is_instance(int head_dim) {
 // needs it to double-buffer, every other tile fits an A100's 163 KB either way. block_m and
 // block_n never depend on big_smem (the workspace layout and the grid use them).
 FLASHATTN_HD constexpr BwdTile bwd_tile(int head_dim, bool big_smem) {
-  //                                d    bm   bn  wS wKV wQ stages remat_lane wide_dq_reds
-  if (head_dim == 64) return BwdTile{64, 128, 128, 2, 4, 4, 2, false, false};
-  if (head_dim == 96) return BwdTile{96, 64, 128, 2, 4, 4, 2, false, false};
-  if (head_dim == 128) return BwdTile{128, 64, 128, 2, 4, 2, 2, true, false};
-  if (head_dim == 192) return BwdTile{192, 64, 64, 4, 2, 2, 2, false, false};
+  //                                d    bm   bn  wS wKV wQ stages remat_lane wide_dq_reds split_tail
+  if (head_dim == 64) return BwdTile{64, 128, 128, 2, 4, 4, 2, false, false, true};
+  if (head_dim == 96) return BwdTile{96, 64, 128, 2, 4, 4, 2, false, false, true};
+  if (head_dim == 128) return BwdTile{128, 64, 128, 2, 4, 2, 2, true, false, true};
+  if (head_dim == 192) return BwdTile{192, 64, 64, 4, 2, 2, 2, false, false, true};
   if (head_dim == 256) {
-    return big_smem ? BwdTile{256, 64, 64, 4, 2, 2, 2, false, true} : BwdTile{256, 64, 64, 4, 2, 2, 1, false, true};
+    return big_smem ? BwdTile{256, 64, 64, 4, 2, 2, 2, false, true, FLASHATTN_SPLIT256}
+                    : BwdTile{256, 64, 64, 4, 2, 2, 1, false, true, FLASHATTN_SPLIT256};
   }
   return BwdTile{};
 }

@@ -111,7 +111,8 @@ DeviceLimits device_limits() {
 // ceil(tail·k / P) rounds of steps/k steps, plus each part's own prologue and fp32 dK/dV reduction,
 // counted as 2 steps. k minimizes that (at most 64, at most the block's steps). Only where every
 // block has the same steps — no mask, no varlen — and outside deterministic mode (the parts' dK/dV
-// additions race, as dQ's do).
+// additions race, as dQ's do); only for tiles with split_tail, not in the softcap kernels (the main
+// kernel compiles the split code under the same two conditions).
 struct BwdSplit {
   int first = 0, parts = 1, tail = 0;
 };
@@ -121,7 +122,9 @@ BwdSplit split_for(const BwdParams& p, const sm80::BwdTile& tile, int num_sms) {
   BwdSplit s;
   s.first = static_cast<int>(blocks);
   const int64_t steps = (p.seqlen_q + tile.block_m - 1) / tile.block_m * p.group_size();
-  if (!tile.split_tail || num_sms <= 1 || p.deterministic || p.is_varlen() || p.mask.has_mask() || steps < 2 || blocks > INT_MAX / 2) {
+  const bool softcap = make_score_transform(p.softmax_scale, p.softcap).mode == ScoreMode::softcap;
+  if (!tile.split_tail || softcap || num_sms <= 1 || p.deterministic || p.is_varlen() || p.mask.has_mask() ||
+      steps < 2 || blocks > INT_MAX / 2) {
     return s;
   }
   const int64_t tail = blocks % num_sms;

@@ -175,6 +175,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   using TileK = typename Sh::TileK;
   using TileP = typename Sh::TileP;
   constexpr int kD = Sh::kD, kBM = Sh::kBM, kBN = Sh::kBN, kStages = Sh::kStages;
+  constexpr bool kSplitTail = Sh::kTile.split_tail && !kSoftcap;  // the host's split_for agrees
 
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -186,7 +187,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   // Split tail (bwd_params.cuh): block split_first + j is part j mod split_parts of key block
   // split_first + j / split_parts, which runs that part's share of the loop steps.
   int bid = blockIdx.x, part = 0, parts = 1;
-  if (Sh::kTile.split_tail && bid >= p.split_first) {
+  if (kSplitTail && bid >= p.split_first) {
     part = (bid - p.split_first) % p.split_parts;
     parts = p.split_parts;
     bid = p.split_first + (bid - p.split_first) / p.split_parts;
@@ -204,8 +205,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   const int num_m = imax(0, mask.m_block_end(n0, kBN, kBM) - m_begin);
   // This block's (query head, query block) pairs, query blocks fastest: pairs [first_step,
   // first_step + steps) of the key block's num_m · group (all of them unless split).
-  const int first_step = Sh::kTile.split_tail ? static_cast<int>(int64_t{num_m} * p.group * part / parts) : 0;
-  const int steps = Sh::kTile.split_tail ? static_cast<int>(int64_t{num_m} * p.group * (part + 1) / parts) - first_step
+  const int first_step = kSplitTail ? static_cast<int>(int64_t{num_m} * p.group * part / parts) : 0;
+  const int steps = kSplitTail ? static_cast<int>(int64_t{num_m} * p.group * (part + 1) / parts) - first_step
                                          : num_m * p.group;
   const int64_t ws_row0 = ws_row_start(b, seq.q_offset, p.cu_seqlens_q != nullptr, p.seqlen_q, kBM);
 
@@ -279,7 +280,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
                             gmem_offset(b, seq.k_offset + n0, h_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
     TileIO<TileK, kBwdThreads>::load_async_or_zero(s_k, k_src, p.k_row_stride, seq.seqlen_k - n0, p.hdim_qk, tid);
     TileIO<TileK, kBwdThreads>::load_async_or_zero(s_v, v_src, p.v_row_stride, seq.seqlen_k - n0, p.hdim_v, tid);
-    BwdStep step = Sh::kTile.split_tail
+    BwdStep step = kSplitTail
                        ? step_at(h_kv * p.group + first_step / num_m, m_start + first_step % num_m * kBM)
                        : step_at(h_kv * p.group, m_start);
     load_q(step, 0);
@@ -457,7 +458,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
 
   // ---- epilogue: dK·scale and dV, through shared memory (K, V's space) for coalesced stores -------
   __syncthreads();  // every warp is done reading K and V
-  if (!Sh::kTile.split_tail || parts == 1) {
+  if (!kSplitTail || parts == 1) {
     store_accumulator<Elem, TileK>(smem + Sh::kOffK, acc_dk, kv_row0, kv_col0, lane, p.scale);
     store_accumulator<Elem, TileK>(smem + Sh::kOffV, acc_dv, kv_row0, kv_col0, lane, 1.f);
   } else if (!reduce_split_part<Elem, TileK>(p, (blockIdx.x - p.split_first) / parts, parts, acc_dk, acc_dv, kv_row0,

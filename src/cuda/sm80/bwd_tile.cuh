@@ -31,9 +31,11 @@ struct BwdTile {
   // −0.5 % at 64, −5 % at 128 (where it also spills 8 B); the others keep .v2.
   bool wide_dq_reds = false;
   // Split tail (bwd_params.cuh): the grid's last, partial wave runs as parts of blocks. Compiled
-  // only where it is on (it changes the kernel's setup and epilogue code). Measured (H200): hdim 64
-  // non-causal +1…+3.4 %, 128 +0.5…+3.6 %; at hdim 256 the code alone cost 1.5 % where it never
-  // splits (causal, short) and the split won back only ~1 % at 16k, so 256 keeps the plain kernel.
+  // only where it is on, and not into the softcap kernels (it changes the kernel's setup and
+  // epilogue code; ptxas sm_90a: softcap hdim 128 then spills 20 B, hdim 96 72 B, 192 20 B). Measured
+  // (H200): hdim 64 non-causal +1…+3.4 %, 128 +0.5…+3.6 %; at hdim 256 the code alone cost 1.5 %
+  // where it never splits (causal, short) and the split won back only ~1 % at 16k, so 256 keeps the
+  // plain kernel; 96 and 192 (spills, untimed) too.
   bool split_tail = false;
 
   // Shared memory: K, V (block_n × d), Q and dO (stages × block_m × d), P and dS (block_m ×
@@ -59,9 +61,9 @@ FLASHATTN_HD constexpr bool bwd_is_instance(int head_dim) {
 FLASHATTN_HD constexpr BwdTile bwd_tile(int head_dim, bool big_smem) {
   //                                d    bm   bn  wS wKV wQ stages remat_lane wide_dq_reds split_tail
   if (head_dim == 64) return BwdTile{64, 128, 128, 2, 4, 4, 2, false, false, true};
-  if (head_dim == 96) return BwdTile{96, 64, 128, 2, 4, 4, 2, false, false, true};
+  if (head_dim == 96) return BwdTile{96, 64, 128, 2, 4, 4, 2, false, false, false};
   if (head_dim == 128) return BwdTile{128, 64, 128, 2, 4, 2, 2, true, false, true};
-  if (head_dim == 192) return BwdTile{192, 64, 64, 4, 2, 2, 2, false, false, true};
+  if (head_dim == 192) return BwdTile{192, 64, 64, 4, 2, 2, 2, false, false, false};
   if (head_dim == 256) {
     return big_smem ? BwdTile{256, 64, 64, 4, 2, 2, 2, false, true, false}
                     : BwdTile{256, 64, 64, 4, 2, 2, 1, false, true, false};

@@ -204,10 +204,10 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   const int m_begin = mask.m_block_begin(n0, kBM);
   const int num_m = imax(0, mask.m_block_end(n0, kBN, kBM) - m_begin);
   // This block's (query head, query block) pairs, query blocks fastest: pairs [first_step,
-  // first_step + steps) of the key block's num_m · group (all of them unless split).
-  const int first_step = kSplitTail ? static_cast<int>(int64_t{num_m} * p.group * part / parts) : 0;
-  const int steps = kSplitTail ? static_cast<int>(int64_t{num_m} * p.group * (part + 1) / parts) - first_step
-                                         : num_m * p.group;
+  // first_step + steps) of the key block's num_m · group (all of them unless split; without
+  // kSplitTail part = 0 and parts = 1 are constants and this folds to 0 and num_m · group).
+  const int first_step = static_cast<int>(int64_t{num_m} * p.group * part / parts);
+  const int steps = static_cast<int>(int64_t{num_m} * p.group * (part + 1) / parts) - first_step;
   const int64_t ws_row0 = ws_row_start(b, seq.q_offset, p.cu_seqlens_q != nullptr, p.seqlen_q, kBM);
 
   const uint32_t s_base = ptx::smem_addr(smem);
@@ -280,9 +280,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
                             gmem_offset(b, seq.k_offset + n0, h_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
     TileIO<TileK, kBwdThreads>::load_async_or_zero(s_k, k_src, p.k_row_stride, seq.seqlen_k - n0, p.hdim_qk, tid);
     TileIO<TileK, kBwdThreads>::load_async_or_zero(s_v, v_src, p.v_row_stride, seq.seqlen_k - n0, p.hdim_v, tid);
-    BwdStep step = kSplitTail
-                       ? step_at(h_kv * p.group + first_step / num_m, m_start + first_step % num_m * kBM)
-                       : step_at(h_kv * p.group, m_start);
+    BwdStep step = step_at(h_kv * p.group + first_step / num_m, m_start + first_step % num_m * kBM);
     load_q(step, 0);
     load_do(step, 0);
     ptx::cp_async_commit();

@@ -12,7 +12,6 @@
 
 #include "cuda/common/host_device.cuh"
 
-
 namespace flashattn::cuda::sm80 {
 
 inline constexpr int kBwdWarps = 8;

@@ -111,8 +111,8 @@ DeviceLimits device_limits() {
 // ceil(tail·k / P) rounds of steps/k steps, plus each part's own prologue and fp32 dK/dV reduction,
 // counted as 2 steps. k minimizes that (at most 64, at most the block's steps). Only where every
 // block has the same steps — no mask, no varlen — and outside deterministic mode (the parts' dK/dV
-// additions race, as dQ's do); only for tiles with split_tail, not in the softcap kernels (the main
-// kernel compiles the split code under the same two conditions).
+// additions race, as dQ's do); only for tiles with split_tail and not with softcap (the conditions
+// under which bwd_tail_kernel is compiled).
 struct BwdSplit {
   int first = 0, parts = 1, tail = 0;
 };
@@ -259,8 +259,8 @@ BwdKernelParams kernel_params(const BwdParams& p, int head_dim, const WorkspaceL
   k.num_m_blocks = static_cast<int>((p.seqlen_q + tile.block_m - 1) / tile.block_m);
   k.num_n_blocks = static_cast<int>((p.seqlen_k + tile.block_n - 1) / tile.block_n);
   k.split_first = w.split.first;
+  k.split_tail = w.split.tail;
   k.split_parts = w.split.parts;
-  k.grid_blocks = w.split.first + w.split.tail * w.split.parts;
   k.tail_dkv = reinterpret_cast<float*>(ws + w.tail_dkv);
   k.tail_done = reinterpret_cast<int32_t*>(ws + w.tail_done);
   return k;

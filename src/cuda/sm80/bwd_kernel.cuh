@@ -37,6 +37,7 @@
 #include "cuda/common/smem_tile.cuh"
 #include "cuda/common/tile_io.cuh"
 #include "cuda/common/warp_gemm.cuh"
+#include "cuda/ptx/griddep.cuh"
 #include "cuda/ptx/ld_acquire.cuh"
 #include "cuda/ptx/math.cuh"
 #include "cuda/ptx/red.cuh"
@@ -168,30 +169,26 @@ __device__ bool reduce_split_part(const BwdKernelParams& p, int tail, int parts,
   return true;
 }
 
+// The work of one thread block: part `part` of `parts` (consecutive ranges of the loop steps) of
+// grid block `grid_block`. bwd_main_kernel runs whole blocks (part 0 of 1, compile-time constants,
+// so none of the split code is in it); bwd_tail_kernel the split tail's parts.
 template <class Elem, int kHeadDim, bool kBigSmem, bool kSoftcap>
-__global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_constant__ BwdKernelParams p) {
+__device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const int grid_block, const int part,
+                                               const int parts) {
   using Sh = BwdShape<kHeadDim, kBigSmem>;
   using TileQ = typename Sh::TileQ;
   using TileK = typename Sh::TileK;
   using TileP = typename Sh::TileP;
   constexpr int kD = Sh::kD, kBM = Sh::kBM, kBN = Sh::kBN, kStages = Sh::kStages;
-  constexpr bool kSplitTail = Sh::kTile.split_tail && !kSoftcap;  // the host's split_for agrees
 
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
-  // blockIdx.x = n + num_n_blocks · (kv head + heads_kv · b): key blocks fastest, so the blocks
+  // grid_block = n + num_n_blocks · (kv head + heads_kv · b): key blocks fastest, so the blocks
   // reading one head's Q and dO run together. Key block n_block = n, lowest first (the longest
   // causal ones first); deterministic with a right-bounded mask: n_block = last − n (see the top).
   const bool descending = p.deterministic && p.window_right >= 0;
-  // Split tail (bwd_params.cuh): block split_first + j is part j mod split_parts of key block
-  // split_first + j / split_parts, which runs that part's share of the loop steps.
-  int bid = blockIdx.x, part = 0, parts = 1;
-  if (kSplitTail && bid >= p.split_first) {
-    part = (bid - p.split_first) % p.split_parts;
-    parts = p.split_parts;
-    bid = p.split_first + (bid - p.split_first) / p.split_parts;
-  }
+  int bid = grid_block;
   const int n_block = descending ? p.num_n_blocks - 1 - bid % p.num_n_blocks : bid % p.num_n_blocks;
   bid /= p.num_n_blocks;
   const int h_kv = bid % p.heads_kv;
@@ -204,8 +201,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   const int m_begin = mask.m_block_begin(n0, kBM);
   const int num_m = imax(0, mask.m_block_end(n0, kBN, kBM) - m_begin);
   // This block's (query head, query block) pairs, query blocks fastest: pairs [first_step,
-  // first_step + steps) of the key block's num_m · group (all of them unless split; without
-  // kSplitTail part = 0 and parts = 1 are constants and this folds to 0 and num_m · group).
+  // first_step + steps) of the key block's num_m · group (all of them unless split; in
+  // bwd_main_kernel part = 0 and parts = 1 are constants and this folds to 0 and num_m · group).
   const int first_step = static_cast<int>(int64_t{num_m} * p.group * part / parts);
   const int steps = static_cast<int>(int64_t{num_m} * p.group * (part + 1) / parts) - first_step;
   const int64_t ws_row0 = ws_row_start(b, seq.q_offset, p.cu_seqlens_q != nullptr, p.seqlen_q, kBM);
@@ -456,11 +453,11 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
 
   // ---- epilogue: dK·scale and dV, through shared memory (K, V's space) for coalesced stores -------
   __syncthreads();  // every warp is done reading K and V
-  if (!kSplitTail || parts == 1) {
+  if (parts == 1) {
     store_accumulator<Elem, TileK>(smem + Sh::kOffK, acc_dk, kv_row0, kv_col0, lane, p.scale);
     store_accumulator<Elem, TileK>(smem + Sh::kOffV, acc_dv, kv_row0, kv_col0, lane, 1.f);
-  } else if (!reduce_split_part<Elem, TileK>(p, (blockIdx.x - p.split_first) / parts, parts, acc_dk, acc_dv, kv_row0,
-                                               kv_col0, smem + Sh::kOffK, smem + Sh::kOffV,
+  } else if (!reduce_split_part<Elem, TileK>(p, grid_block - p.split_first, parts, acc_dk, acc_dv, kv_row0, kv_col0,
+                                               smem + Sh::kOffK, smem + Sh::kOffV,
                                                reinterpret_cast<int*>(smem + Sh::kOffLse))) {
     return;  // another part of this key block finishes it (the LSE rows are not read after the loop)
   }
@@ -471,6 +468,28 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
                      gmem_offset(b, seq.k_offset + n0, h_kv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
   TileIO<TileK, kBwdThreads>::store(dk_dst, p.dk_row_stride, seq.seqlen_k - n0, p.hdim_qk, smem + Sh::kOffK, tid);
   TileIO<TileK, kBwdThreads>::store(dv_dst, p.dv_row_stride, seq.seqlen_k - n0, p.hdim_v, smem + Sh::kOffV, tid);
+}
+
+// Whole key blocks: grid block blockIdx.x (with a split tail, the grid is the first split_first).
+template <class Elem, int kHeadDim, bool kBigSmem, bool kSoftcap>
+__global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_constant__ BwdKernelParams p) {
+  // The split tail's parts (bwd_tail_kernel, launched next as a programmatic dependent) may take
+  // each SM as soon as this grid's block there finishes, as if they were this grid's own last wave.
+  ptx::griddep_launch_dependents();
+  bwd_block_part<Elem, kHeadDim, kBigSmem, kSoftcap>(p, blockIdx.x, 0, 1);
+}
+
+// The split tail (bwd_params.cuh): block j is part j mod split_parts of grid block split_first +
+// j / split_parts. A separate kernel, so that the split code (setup, fp32 reduction) leaves the main
+// kernel's register allocation and schedule alone: at hdim 256 (255 registers) it cost 1.5 % there
+// when compiled into it (docs/kernels-sm80-backward.md).
+template <class Elem, int kHeadDim, bool kBigSmem>
+__global__ void __launch_bounds__(kBwdThreads, 1) bwd_tail_kernel(const __grid_constant__ BwdKernelParams p) {
+  const int parts = p.split_parts;
+  bwd_block_part<Elem, kHeadDim, kBigSmem, false>(p, p.split_first + blockIdx.x / parts, blockIdx.x % parts, parts);
+  // Complete only after the main kernel has (it may still run when this grid starts): the stream's
+  // next work (the postprocess reads dQ) then sees both grids' writes.
+  ptx::griddep_wait();
 }
 
 }  // namespace flashattn::cuda::sm80

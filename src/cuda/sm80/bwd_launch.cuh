@@ -7,24 +7,68 @@
 
 namespace flashattn::cuda::sm80 {
 
+// Raises `kernel`'s shared-memory limit to `smem` bytes, once per device (`done` remembers).
+template <class Kernel>
+Status opt_in_smem(Kernel kernel, int smem, DeviceFlags& done) {
+  const int dev = current_device();
+  if (done.test(dev)) return Status::success();
+  Status s = bwd_cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                             "raising a kernel's shared-memory limit");
+  if (s.ok()) done.set(dev);
+  return s;
+}
+
+// The split tail's parts (bwd_tail_kernel). dependent_of_main: the main kernel was launched just
+// before; then, where this kernel has the griddepcontrol instructions (PTX for sm_90+), it launches
+// as the main kernel's programmatic dependent, so that its blocks fill the SMs the main kernel's
+// last wave frees. Otherwise in plain stream order (with no main kernel before it, its griddep_wait
+// would not order it after the preprocess).
+template <class Elem, int kHeadDim, bool kBigSmem>
+Status launch_bwd_tail(const BwdKernelParams& p, cudaStream_t stream, bool dependent_of_main) {
+  constexpr int kSmem = BwdShape<kHeadDim, kBigSmem>::kSmemBytes;
+  const auto kernel = bwd_tail_kernel<Elem, kHeadDim, kBigSmem>;
+  static DeviceFlags opted_in, asked, has_griddep;
+  Status s = opt_in_smem(kernel, kSmem, opted_in);
+  if (!s.ok()) return s;
+  const int dev = current_device();
+  if (!asked.test(dev)) {
+    cudaFuncAttributes attr{};
+    s = bwd_cuda_status(cudaFuncGetAttributes(&attr, kernel), "querying the split-tail kernel");
+    if (!s.ok()) return s;
+    if (attr.ptxVersion >= 90) has_griddep.set(dev);
+    asked.set(dev);
+  }
+  cudaLaunchAttribute dependent[1] = {};
+  dependent[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(int64_t{p.split_tail} * p.split_parts));
+  config.blockDim = dim3(kBwdThreads);
+  config.dynamicSmemBytes = kSmem;
+  config.stream = stream;
+  config.attrs = dependent;
+  config.numAttrs = dependent_of_main && has_griddep.test(dev) ? 1 : 0;
+  return bwd_cuda_status(cudaLaunchKernelEx(&config, kernel, p), "split-tail kernel launch");
+}
+
 template <class Elem, int kHeadDim, bool kBigSmem>
 Status launch_bwd_main_tile(const BwdKernelParams& p, cudaStream_t stream) {
   constexpr int kSmem = BwdShape<kHeadDim, kBigSmem>::kSmemBytes;
   const bool softcap = p.scores.mode == ScoreMode::softcap;
   const auto kernel = softcap ? bwd_main_kernel<Elem, kHeadDim, kBigSmem, true>
                               : bwd_main_kernel<Elem, kHeadDim, kBigSmem, false>;
-  const int64_t blocks = p.grid_blocks;  // whole blocks, then the split tail's parts (bwd_params.cuh)
-  if (blocks == 0) return Status::success();
   static DeviceFlags opted_in[2];  // [softcap]
-  const int dev = current_device();
-  if (!opted_in[softcap].test(dev)) {
-    Status s = bwd_cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-                           "raising the main kernel's shared-memory limit");
+  if (p.split_first > 0) {         // whole blocks (all of them unless split; bwd_params.cuh)
+    Status s = opt_in_smem(kernel, kSmem, opted_in[softcap]);
     if (!s.ok()) return s;
-    opted_in[softcap].set(dev);
+    kernel<<<static_cast<unsigned>(p.split_first), kBwdThreads, kSmem, stream>>>(p);
+    s = bwd_cuda_status(cudaGetLastError(), "main kernel launch");
+    if (!s.ok()) return s;
   }
-  kernel<<<static_cast<unsigned>(blocks), kBwdThreads, kSmem, stream>>>(p);
-  return bwd_cuda_status(cudaGetLastError(), "main kernel launch");
+  if constexpr (bwd_tile(kHeadDim, kBigSmem).split_tail) {  // split_for splits nothing else
+    if (p.split_tail > 0) return launch_bwd_tail<Elem, kHeadDim, kBigSmem>(p, stream, p.split_first > 0);
+  }
+  return Status::success();
 }
 
 template <class Elem, int kHeadDim, bool kBigSmem>

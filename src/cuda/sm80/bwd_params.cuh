@@ -13,7 +13,9 @@
 // Split tail: when the grid's last wave would leave most SMs idle (blocks mod SMs = split_tail),
 // the last split_tail blocks each run as split_parts blocks over consecutive ranges of their
 // loop steps; the parts add dK, dV into tail_dkv and the last part to finish writes them. Blocks
-// [0, split_first) run whole. Both tail buffers are zeroed before the main kernel.
+// [0, split_first) run whole (the main kernel's grid), the parts are a second kernel's grid,
+// launched as a programmatic dependent of the first (bwd_kernel.cuh). Both tail buffers are
+// zeroed before the main kernel.
 // Sequence b's query rows start at ws_row_start(b), a multiple of block_m, and own
 // ceil(seqlen_q(b) / block_m) · block_m rows, so every query tile is whole and 16-byte aligned:
 //   padded batch: ws_row_start(b) = b · ceil(seqlen_q / block_m) · block_m,  R = that · batch
@@ -74,8 +76,8 @@ struct BwdKernelParams {
   int num_m_blocks = 0;    // ceil(seqlen_q / block_m), of the longest sequence
   int num_n_blocks = 0;    // ceil(seqlen_k / block_n), likewise
   int split_first = 0;     // blocks before it run whole; = the block count when nothing is split
+  int split_tail = 0;      // blocks after it, split; 0 when nothing is split
   int split_parts = 1;     // parts per split block
-  int grid_blocks = 0;     // split_first + split_tail · split_parts
   float* tail_dkv = nullptr;
   int32_t* tail_done = nullptr;
 };

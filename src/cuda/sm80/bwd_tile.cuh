@@ -29,12 +29,11 @@ struct BwdTile {
   // of 2: half the reds. Measured per head dim (H200, docs/kernels-sm80-backward.md): +1–3 % at 256,
   // −0.5 % at 64, −5 % at 128 (where it also spills 8 B); the others keep .v2.
   bool wide_dq_reds = false;
-  // Split tail (bwd_params.cuh): the grid's last, partial wave runs as parts of blocks. Compiled
-  // only where it is on, and not into the softcap kernels (it changes the kernel's setup and
-  // epilogue code; ptxas sm_90a: softcap hdim 128 then spills 20 B, hdim 96 72 B, 192 20 B). Measured
-  // (H200): hdim 64 non-causal +1…+3.4 %, 128 +0.5…+3.6 %; at hdim 256 the code alone cost 1.5 %
-  // where it never splits (causal, short) and the split won back only ~1 % at 16k, so 256 keeps the
-  // plain kernel; 96 and 192 (spills, untimed) too.
+  // Split tail (bwd_params.cuh): the grid's last, partial wave runs as parts of blocks, in a
+  // second kernel (bwd_tail_kernel), compiled only where this is on and not for softcap. Measured
+  // (H200) when the split code was in the main kernel: hdim 64 non-causal +1…+3.4 %, 128
+  // +0.5…+3.6 %; at 256 it cost 1.5 % where nothing splits, hence its own kernel. Off at 96 and
+  // 192 (untimed; ptxas sm_90a spilled 72 B and 20 B with the split code).
   bool split_tail = false;
 
   // Shared memory: K, V (block_n × d), Q and dO (stages × block_m × d), P and dS (block_m ×
@@ -64,8 +63,8 @@ FLASHATTN_HD constexpr BwdTile bwd_tile(int head_dim, bool big_smem) {
   if (head_dim == 128) return BwdTile{128, 64, 128, 2, 4, 2, 2, true, false, true};
   if (head_dim == 192) return BwdTile{192, 64, 64, 4, 2, 2, 2, false, false, false};
   if (head_dim == 256) {
-    return big_smem ? BwdTile{256, 64, 64, 4, 2, 2, 2, false, true, false}
-                    : BwdTile{256, 64, 64, 4, 2, 2, 1, false, true, false};
+    return big_smem ? BwdTile{256, 64, 64, 4, 2, 2, 2, false, true, true}
+                    : BwdTile{256, 64, 64, 4, 2, 2, 1, false, true, true};
   }
   return BwdTile{};
 }

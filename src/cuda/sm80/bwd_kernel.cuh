@@ -17,6 +17,9 @@
 // the top barrier and land during this block's math. Single-buffered (stages = 1): dO, LSE, D
 // reload after dV (one more barrier), Q after dK (one more).
 //
+// Split tail (bwd_params.cuh): the grid's last, partial wave runs as parts of blocks, in a second
+// kernel with the same body (bwd_tail_kernel, at the end of this file).
+//
 // Deterministic mode: the dQ additions of the key blocks into one query tile happen in a fixed
 // key-block order. counters[hq][query tile] counts the key blocks done; a key block waits (thread
 // 0 spins, then the block barrier) until the counter equals its position in that order, adds, and

@@ -123,20 +123,18 @@ void check_traits() {
   using flashattn::cuda::sm80::FwdTraits;
   using flashattn::cuda::sm80::fwd_tile_shape;
   using flashattn::ptx::BF16;
-  for (bool masked : {false, true}) {
-    for (bool big_smem : {false, true}) {
-      const auto shape = fwd_tile_shape(D, flashattn::DType::bf16, masked, big_smem);
-      EXPECT_EQ(shape.block_m % (16 * shape.warps), 0) << "D " << D;
-      EXPECT_EQ(shape.block_n % 16, 0) << "D " << D;
-      EXPECT_TRUE(shape.kv_stages == 1 || shape.kv_stages == 2) << "D " << D;
-      // Q + stages × (K + V), 2-byte elements: A100's 163 KB per block unless big_smem.
-      const std::size_t smem = std::size_t{2} * D * (shape.block_m + 2 * shape.kv_stages * shape.block_n);
-      EXPECT_LE(smem, big_smem ? flashattn::cuda::sm80::kFwdBigSmemBytes : std::size_t{163} * 1024)
-          << "D " << D << " big_smem " << big_smem;
-    }
-    // Only D = 256 has a big_smem shape (two 4-warp blocks per SM on Hopper).
-    EXPECT_EQ(flashattn::cuda::sm80::fwd_has_big_smem_shape(D, flashattn::DType::bf16, masked), D == 256) << D;
+  for (bool big_smem : {false, true}) {
+    const auto shape = fwd_tile_shape(D, flashattn::DType::bf16, big_smem);
+    EXPECT_EQ(shape.block_m % (16 * shape.warps), 0) << "D " << D;
+    EXPECT_EQ(shape.block_n % 16, 0) << "D " << D;
+    EXPECT_TRUE(shape.kv_stages == 1 || shape.kv_stages == 2) << "D " << D;
+    // Q + stages × (K + V), 2-byte elements: A100's 163 KB per block unless big_smem.
+    const std::size_t smem = std::size_t{2} * D * (shape.block_m + 2 * shape.kv_stages * shape.block_n);
+    EXPECT_LE(smem, big_smem ? flashattn::cuda::sm80::kFwdBigSmemBytes : std::size_t{163} * 1024)
+        << "D " << D << " big_smem " << big_smem;
   }
+  // Only D = 256 has a big_smem shape (two 4-warp blocks per SM on Hopper).
+  EXPECT_EQ(flashattn::cuda::sm80::fwd_has_big_smem_shape(D, flashattn::DType::bf16), D == 256) << D;
   EXPECT_LE((FwdTraits<BF16, D, false>::kSmemBytes), 163u * 1024) << "D " << D << ": over A100's per-block limit";
   EXPECT_LE((FwdTraits<BF16, D, true>::kSmemBytes), 163u * 1024) << "D " << D;
   EXPECT_LE((FwdTraits<BF16, D, false, true>::kSmemBytes), flashattn::cuda::sm80::kFwdBigSmemBytes) << "D " << D;
@@ -156,12 +154,9 @@ TEST(CudaFwdTraits, ShapesFitEveryArch) {
 TEST(CudaFwdTraits, BigSmemShapeOfHeadDim256) {
   using flashattn::cuda::sm80::fwd_tile_shape;
   using flashattn::cuda::sm80::FwdTileShape;
-  for (bool masked : {false, true}) {
-    EXPECT_EQ(fwd_tile_shape(256, flashattn::DType::bf16, masked, true), (FwdTileShape{64, 64, 4, 1}));
-    EXPECT_EQ(fwd_tile_shape(256, flashattn::DType::bf16, masked, false), (FwdTileShape{128, 64, 8, 1}));
-    EXPECT_EQ(fwd_tile_shape(128, flashattn::DType::bf16, masked, true),
-              fwd_tile_shape(128, flashattn::DType::bf16, masked, false));
-  }
+  EXPECT_EQ(fwd_tile_shape(256, flashattn::DType::bf16, true), (FwdTileShape{64, 64, 4, 1}));
+  EXPECT_EQ(fwd_tile_shape(256, flashattn::DType::bf16, false), (FwdTileShape{128, 64, 8, 1}));
+  EXPECT_EQ(fwd_tile_shape(128, flashattn::DType::bf16, true), fwd_tile_shape(128, flashattn::DType::bf16, false));
 }
 
 // DqLayout, both red widths: a permutation of each tile's block_m × head_dim floats; a postprocess

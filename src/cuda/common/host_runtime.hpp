@@ -1,6 +1,6 @@
 // Host-side helpers every CUDA entry point shares: the current device, per-device "done once"
-// flags for one-time host work (an instance's device check, its shared-memory opt-in), the
-// cuda_error Status that names who failed and at what, and the 16-byte layout check of a tensor.
+// flags for one-time host work (an instance's device check, its shared-memory opt-in, done by
+// opt_in_dynamic_smem), the cuda_error Status that names who failed and at what, and the 16-byte layout check of a tensor.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -40,6 +40,20 @@ inline Status cuda_status(const char* who, cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::success();
   return {StatusCode::cuda_error,
           std::string(who) + ": " + what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")"};
+}
+
+// Lets `kernel` use `smem` bytes of dynamic shared memory (cudaFuncSetAttribute), once per device
+// (`done` remembers, e.g. a function-local static of the kernel's launcher); nothing to do at or
+// below the default 48 KB. cuda_error names `who` otherwise.
+template <class Kernel>
+Status opt_in_dynamic_smem(const char* who, Kernel kernel, std::size_t smem, DeviceFlags& done) {
+  if (smem <= kDefaultDynamicSmemBytes) return Status::success();
+  const int dev = current_device();
+  if (done.test(dev)) return Status::success();
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (e != cudaSuccess) return cuda_status(who, e, "raising the kernel's dynamic shared-memory limit");
+  done.set(dev);
+  return Status::success();
 }
 
 // One dimension of a tensor view: its name (for the message), index count and stride in elements.

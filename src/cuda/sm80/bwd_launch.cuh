@@ -7,17 +7,6 @@
 
 namespace flashattn::cuda::sm80 {
 
-// Raises `kernel`'s shared-memory limit to `smem` bytes, once per device (`done` remembers).
-template <class Kernel>
-Status opt_in_smem(Kernel kernel, int smem, DeviceFlags& done) {
-  const int dev = current_device();
-  if (done.test(dev)) return Status::success();
-  Status s = bwd_cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-                             "raising a kernel's shared-memory limit");
-  if (s.ok()) done.set(dev);
-  return s;
-}
-
 // The split tail's parts (bwd_tail_kernel). dependent_of_main: the main kernel was launched just
 // before; then, where this kernel has the griddepcontrol instructions (PTX for sm_90+), it launches
 // as the main kernel's programmatic dependent, so that its blocks fill the SMs the main kernel's
@@ -28,7 +17,7 @@ Status launch_bwd_tail(const BwdKernelParams& p, cudaStream_t stream, bool depen
   constexpr int kSmem = BwdShape<kHeadDim, kBigSmem>::kSmemBytes;
   const auto kernel = bwd_tail_kernel<Elem, kHeadDim, kBigSmem>;
   static DeviceFlags opted_in, asked, has_griddep;
-  Status s = opt_in_smem(kernel, kSmem, opted_in);
+  Status s = opt_in_dynamic_smem("cuda sm80 backward", kernel, kSmem, opted_in);
   if (!s.ok()) return s;
   const int dev = current_device();
   if (!asked.test(dev)) {
@@ -59,7 +48,7 @@ Status launch_bwd_main_tile(const BwdKernelParams& p, cudaStream_t stream) {
                               : bwd_main_kernel<Elem, kHeadDim, kBigSmem, false>;
   static DeviceFlags opted_in[2];  // [softcap]
   if (p.split_first > 0) {         // whole blocks (all of them unless split; bwd_params.cuh)
-    Status s = opt_in_smem(kernel, kSmem, opted_in[softcap]);
+    Status s = opt_in_dynamic_smem("cuda sm80 backward", kernel, kSmem, opted_in[softcap]);
     if (!s.ok()) return s;
     kernel<<<static_cast<unsigned>(p.split_first), kBwdThreads, kSmem, stream>>>(p);
     s = bwd_cuda_status(cudaGetLastError(), "main kernel launch");

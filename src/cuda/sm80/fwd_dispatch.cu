@@ -90,7 +90,7 @@ Status check_sizes(const FwdParams& p, int head_dim, bool big_smem) {
                                std::to_string(p.seqlen_k) + ": sequences longer than " + std::to_string(kMaxSeqlen) +
                                " are not supported");
   }
-  const sm80::FwdTileShape shape = sm80::fwd_tile_shape(head_dim, p.dtype, p.mask.has_mask(), big_smem);
+  const sm80::FwdTileShape shape = sm80::fwd_tile_shape(head_dim, p.dtype, big_smem);
   const int64_t blocks = (p.seqlen_q + shape.block_m - 1) / shape.block_m * p.heads_q * p.batch;
   if (p.heads_q > INT_MAX || p.batch > INT_MAX || blocks > INT_MAX) {
     return Status::unsupported("cuda sm80 forward: batch = " + std::to_string(p.batch) + ", heads_q = " +
@@ -117,7 +117,7 @@ Status fwd_plan(const FwdParams& p, FwdFn* run, bool* big_smem) {
                                "\"; reconfigure with -DFLASHATTN_HEADDIMS including a head dim >= " +
                                std::to_string(need));
   }
-  *big_smem = sm80::fwd_has_big_smem_shape(inst->head_dim, p.dtype, p.mask.has_mask()) && device_takes_big_smem();
+  *big_smem = sm80::fwd_has_big_smem_shape(inst->head_dim, p.dtype) && device_takes_big_smem();
   FLASHATTN_TRY(check_sizes(p, inst->head_dim, *big_smem));
   FLASHATTN_TRY(check_layout(p));
   const bool bf16 = p.dtype == DType::bf16;

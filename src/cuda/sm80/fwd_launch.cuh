@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "api/status_try.hpp"
 #include "cuda/common/mask.cuh"
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/sm80/fwd_kernel.cuh"
@@ -63,16 +64,8 @@ Status fwd_launch(const FwdParams& p) {
   if (blocks == 0) return Status::success();  // no query rows: nothing to write
   auto* kernel = &fwd_kernel<Traits>;
   constexpr std::size_t smem = Traits::kSmemBytes;
-  if constexpr (smem > kDefaultDynamicSmemBytes) {
-    static DeviceFlags opted_in;
-    const int dev = current_device();
-    if (!opted_in.test(dev)) {
-      const cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-      if (e != cudaSuccess) return fwd_cuda_status(e, "cudaFuncSetAttribute(max dynamic shared memory)");
-      opted_in.set(dev);
-    }
-  }
+  static DeviceFlags opted_in;
+  FLASHATTN_TRY(opt_in_dynamic_smem("cuda sm80 forward", kernel, smem, opted_in));
   kernel<<<dim3(static_cast<unsigned>(blocks)), dim3(Traits::kThreads), smem, static_cast<cudaStream_t>(p.stream)>>>(kp);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fwd_cuda_status(e, "kernel launch");
@@ -113,7 +106,7 @@ Status fwd_device_check_traits() {
 // takes it (fwd_dispatch.cu decides), else the shape every sm_80+ GPU with 163 KB runs.
 template <class Tag, int kHeadDim, bool kMasked>
 Status fwd_run_shape(const FwdParams& p, bool big_smem) {
-  if constexpr (fwd_has_big_smem_shape(kHeadDim, dtype_of<Tag>(), kMasked)) {
+  if constexpr (fwd_has_big_smem_shape(kHeadDim, dtype_of<Tag>())) {
     if (big_smem) return fwd_launch<FwdTraits<Tag, kHeadDim, kMasked, true>>(p);
   }
   return fwd_launch<FwdTraits<Tag, kHeadDim, kMasked, false>>(p);
@@ -121,7 +114,7 @@ Status fwd_run_shape(const FwdParams& p, bool big_smem) {
 
 template <class Tag, int kHeadDim, bool kMasked>
 Status fwd_device_check_shape(bool big_smem) {
-  if constexpr (fwd_has_big_smem_shape(kHeadDim, dtype_of<Tag>(), kMasked)) {
+  if constexpr (fwd_has_big_smem_shape(kHeadDim, dtype_of<Tag>())) {
     if (big_smem) return fwd_device_check_traits<FwdTraits<Tag, kHeadDim, kMasked, true>>();
   }
   return fwd_device_check_traits<FwdTraits<Tag, kHeadDim, kMasked, false>>();

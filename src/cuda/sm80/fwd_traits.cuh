@@ -41,10 +41,11 @@ static_assert(FLASHATTN_SM80_FWD_VARIANT == 0, "FLASHATTN_SM80_FWD_VARIANT: only
 
 // Chosen for H100/H200 (and valid on A100: every shape's shared memory is ≤ 163 KB unless
 // big_smem), after FlashAttention-2's tuned shapes; see docs/kernels-sm80-forward.md. dtype does
-// not change the shape today; it is a parameter so that it can. `big_smem`: the GPU gives a block
+// not change the shape today; it is a parameter so that it can. Masking does not change it either
+// (a smaller masked D = 128 shape was measured and dropped). `big_smem`: the GPU gives a block
 // kFwdBigSmemBytes (see above); a head dim whose big_smem shape differs gets both kernels compiled
 // and the launch picks by device.
-constexpr FwdTileShape fwd_tile_shape(int head_dim, DType /*dtype*/, bool /*masked*/, bool big_smem) {
+constexpr FwdTileShape fwd_tile_shape(int head_dim, DType /*dtype*/, bool big_smem) {
   if (head_dim <= 64) return {128, 128, 4, 2};
   // FlashAttention-2's shape: 64 KB, single-buffered K/V, 2 blocks per SM on H100/H200 and A100
   // (double-buffered, 96 KB, measured 1–4 % slower at 512–4k on the H200).
@@ -59,8 +60,8 @@ constexpr FwdTileShape fwd_tile_shape(int head_dim, DType /*dtype*/, bool /*mask
 }
 
 // Whether instance D has a second, big_smem-only shape (and so a second kernel).
-constexpr bool fwd_has_big_smem_shape(int head_dim, DType dtype, bool masked) {
-  return fwd_tile_shape(head_dim, dtype, masked, true) != fwd_tile_shape(head_dim, dtype, masked, false);
+constexpr bool fwd_has_big_smem_shape(int head_dim, DType dtype) {
+  return fwd_tile_shape(head_dim, dtype, true) != fwd_tile_shape(head_dim, dtype, false);
 }
 
 template <class Tag>
@@ -74,7 +75,7 @@ struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;  // instance head dim D (tiles are D wide; d ≤ D runs here)
   static constexpr bool kMasked = kMasked_;   // causal / local window: block skipping + element masks
   static constexpr bool kBigSmem = kBigSmem_; // the shape for GPUs with kFwdBigSmemBytes per block
-  static constexpr FwdTileShape kShape = fwd_tile_shape(kHeadDim, dtype_of<Tag>(), kMasked, kBigSmem);
+  static constexpr FwdTileShape kShape = fwd_tile_shape(kHeadDim, dtype_of<Tag>(), kBigSmem);
 
   static constexpr int kBlockM = kShape.block_m;
   static constexpr int kBlockN = kShape.block_n;

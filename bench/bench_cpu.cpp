@@ -400,7 +400,7 @@ struct Problem {
     fargs.q = view(q);
     fargs.k = view(k);
     fargs.v = view(v);
-    fargs.causal = c.causal;
+    fargs.options.causal = c.causal;
     fargs.out = view(out);
     fargs.lse = lse_view;
     std::size_t bytes = 0;

@@ -16,15 +16,20 @@ class FaTensor(ctypes.Structure):
                 ("shape", ctypes.c_int64 * 4), ("stride", ctypes.c_int64 * 4)]
 
 
+class FaOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("softmax_scale", ctypes.c_float),
+                ("has_softmax_scale", ctypes.c_int32), ("causal", ctypes.c_int32), ("pad_", ctypes.c_int32),
+                ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64), ("softcap", ctypes.c_float)]
+
+
 class FaArgs(ctypes.Structure):
-    _fields_ = [(n, FaTensor) for n in ("q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv",
-                                        "cu_seqlens_q", "cu_seqlens_k")] + [
+    _fields_ = [("struct_size", ctypes.c_size_t)] + [
+        (n, FaTensor) for n in ("q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv",
+                                "cu_seqlens_q", "cu_seqlens_k")] + [
         ("max_seqlen_q", ctypes.c_int64), ("max_seqlen_k", ctypes.c_int64),
-        ("softmax_scale", ctypes.c_float), ("has_softmax_scale", ctypes.c_int32),
-        ("causal", ctypes.c_int32), ("deterministic", ctypes.c_int32),
-        ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64),
-        ("softcap", ctypes.c_float), ("pad_", ctypes.c_int32),
-        ("stream", ctypes.c_void_p), ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t)]
+        ("options", ctypes.POINTER(FaOptions)), ("deterministic", ctypes.c_int32), ("pad_", ctypes.c_int32),
+        ("stream", ctypes.c_void_p), ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
+        ("path", ctypes.c_char_p)]
 
 
 def _view(t):
@@ -50,24 +55,34 @@ class FlashAttn:
         for name in ("fa_forward_workspace_size", "fa_backward_workspace_size"):
             getattr(self.lib, name).argtypes = [ctypes.POINTER(FaArgs), ctypes.POINTER(ctypes.c_size_t),
                                                 ctypes.c_char_p, ctypes.c_size_t]
+        self.lib.fa_args_init.argtypes = [ctypes.POINTER(FaArgs)]
+        self.lib.fa_options_init.argtypes = [ctypes.POINTER(FaOptions)]
+        self.lib.fa_families.restype = ctypes.c_char_p
         for name in ("fa_forward_path", "fa_backward_path"):
             getattr(self.lib, name).argtypes = [ctypes.POINTER(FaArgs)]
             getattr(self.lib, name).restype = ctypes.c_char_p
 
     def args(self, q, k, v, out=None, lse=None, dout=None, dq=None, dk=None, dv=None, causal=False,
              softmax_scale=None, window=(-1, -1), softcap=0.0, deterministic=False,
-             cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0):
+             cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, path="auto"):
         a = FaArgs()
+        self.lib.fa_args_init(ctypes.byref(a))
+        o = FaOptions()
+        self.lib.fa_options_init(ctypes.byref(o))
         for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("dout", dout),
                         ("dq", dq), ("dk", dk), ("dv", dv), ("cu_seqlens_q", cu_seqlens_q),
                         ("cu_seqlens_k", cu_seqlens_k)):
             setattr(a, name, _view(t))
         a.max_seqlen_q, a.max_seqlen_k = max_seqlen_q, max_seqlen_k
         if softmax_scale is not None:
-            a.softmax_scale, a.has_softmax_scale = softmax_scale, 1
-        a.causal, a.deterministic = int(causal), int(deterministic)
-        a.window_left, a.window_right = window
-        a.softcap = softcap
+            o.softmax_scale, o.has_softmax_scale = softmax_scale, 1
+        o.causal, a.deterministic = int(causal), int(deterministic)
+        o.window_left, o.window_right = window
+        o.softcap = softcap
+        a._options = o  # keep the options alive as long as the args
+        a.options = ctypes.pointer(o)
+        a._path = path.encode()
+        a.path = a._path
         a.stream = torch.cuda.current_stream().cuda_stream if q.is_cuda else None
         return a
 

@@ -7,7 +7,7 @@
 # Environment: BUILD_DIR (default build-gpu; reused when it exists), CUDA_ARCHS (default: the
 # visible GPU's, e.g. 90a on Hopper), JOBS, TEST_FILTER (ctest -R regex; default all: CPU cases take seconds on 16 cores),
 # SANITIZE_FILTER (gtest filter of the sanitizer subset of diff_test), SANITIZE_SPLIT_FILTER (the
-# subset rerun with FLASHATTN_SM80_BWD_SMS=3, so that the backward splits its tail), BENCH_ARGS (extra bench_gpu.py flags),
+# subset rerun with the grid planned for 3 SMs, --sms=3, so that the backward splits its tail), BENCH_ARGS (extra bench_gpu.py flags),
 # CTEST_JOBS (default 4), PY_INSTALL (default 1; 0: the Python package is already installed, e.g. by a
 # pip install run in the background during the build).
 set -uo pipefail
@@ -18,8 +18,8 @@ STEPS=${STEPS:-build,test,sanitize,cli,python,bench}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 JOBS=${JOBS:-$(nproc)}
 TEST_FILTER=${TEST_FILTER:-.}
-SANITIZE_FILTER=${SANITIZE_FILTER:-All/Diff.*/cuda_b2_q129_k127_h4x2_d128_f16*:All/Diff.*/cuda_varlen_q5_0_130_77_k9_40_0_201_h4x2_d64_bf16:All/Diff.*/cuda_b1_q200_k100_h2x2_d64_bf16_causal_det:All/Diff.*/cuda_b2_q272_k203_h4x2_d192_bf16_causal:All/Diff.*/cuda_b2_q133_k150_h2x2_d64_bf16_cap30}
-SANITIZE_SPLIT_FILTER=${SANITIZE_SPLIT_FILTER:-All/Diff.Backward/cuda_b2_q129_k127_h4x2_d128_f16:All/Diff.Backward/cuda_b1_q1023_k777_h2x1_d64_bf16_permuted:All/Diff.Backward/cuda_b1_q1000_k300_h2x1_d256_bf16}
+SANITIZE_FILTER=${SANITIZE_FILTER:-All/Diff.*/sm80_b2_q129_k127_h4x2_d128_f16*:All/Diff.*/sm80_varlen_q5_0_130_77_k9_40_0_201_h4x2_d64_bf16:All/Diff.*/sm80_b1_q200_k100_h2x2_d64_bf16_causal_det:All/Diff.*/sm80_b2_q272_k203_h4x2_d192_bf16_causal:All/Diff.*/sm80_b2_q133_k150_h2x2_d64_bf16_cap30}
+SANITIZE_SPLIT_FILTER=${SANITIZE_SPLIT_FILTER:-All/Diff.Backward/sm80_b2_q129_k127_h4x2_d128_f16:All/Diff.Backward/sm80_b1_q1023_k777_h2x1_d64_bf16_permuted:All/Diff.Backward/sm80_b1_q1000_k300_h2x1_d256_bf16}
 COMMIT=${FLASHATTN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 export FLASHATTN_COMMIT=${FLASHATTN_COMMIT:-$COMMIT}
 report="$OUT/report.json"
@@ -62,7 +62,7 @@ if has sanitize; then
       status[sanitize_$tool]=$(( ${status[sanitize_$tool]:-0} | rc ))
       # The backward's split tail (a second kernel, a programmatic dependent of the main one) on
       # the cases that split when the grid is planned for 3 SMs.
-      FLASHATTN_SM80_BWD_SMS=3 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" \
+      compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --sms=3 \
         --gtest_filter="$SANITIZE_SPLIT_FILTER" >>"$OUT/sanitize_$tool.log" 2>&1
       rc=$?
       status[sanitize_$tool]=$(( ${status[sanitize_$tool]:-0} | rc ))

@@ -55,7 +55,7 @@ class BadInput : public ::testing::Test {
     bwd = p.backward_args(host);
     vfwd = vp.forward_args(host);
   }
-  DeviceMirror host{Backend::cpu};
+  DeviceMirror host{Backend::host()};
   Problem p, vp;
   ForwardArgs fwd, vfwd;
   BackwardArgs bwd;
@@ -215,18 +215,18 @@ TEST_F(BadInput, CuSeqlensStrided) {
 }
 
 // ---- options ----
-TEST_F(BadInput, WindowLeftBelowMinusOne) { fwd.window_left = -2; expect_rejected(fwd, kInvalid, {"window_left = -2"}); }
-TEST_F(BadInput, WindowRightBelowMinusOne) { fwd.window_right = -5; expect_rejected(fwd, kInvalid, {"window_right = -5"}); }
+TEST_F(BadInput, WindowLeftBelowMinusOne) { fwd.options.window_left = -2; expect_rejected(fwd, kInvalid, {"window_left = -2"}); }
+TEST_F(BadInput, WindowRightBelowMinusOne) { fwd.options.window_right = -5; expect_rejected(fwd, kInvalid, {"window_right = -5"}); }
 TEST_F(BadInput, WindowRightWithCausal) {
-  fwd.causal = true;
-  fwd.window_right = 4;
+  fwd.options.causal = true;
+  fwd.options.window_right = 4;
   expect_rejected(fwd, kInvalid, {"window_right = 4", "causal"});
 }
-TEST_F(BadInput, NegativeSoftcap) { fwd.softcap = -1.f; expect_rejected(fwd, kInvalid, {"softcap = -1"}); }
-TEST_F(BadInput, NaNSoftcap) { fwd.softcap = std::nanf(""); expect_rejected(fwd, kInvalid, {"softcap = nan"}); }
-TEST_F(BadInput, InfiniteSoftcap) { fwd.softcap = INFINITY; expect_rejected(fwd, kInvalid, {"softcap = inf"}); }
-TEST_F(BadInput, InfiniteSoftmaxScale) { fwd.softmax_scale = INFINITY; expect_rejected(fwd, kInvalid, {"softmax_scale = inf"}); }
-TEST_F(BadInput, NaNSoftmaxScale) { bwd.softmax_scale = std::nanf(""); expect_rejected(bwd, kInvalid, {"softmax_scale = nan"}); }
+TEST_F(BadInput, NegativeSoftcap) { fwd.options.softcap = -1.f; expect_rejected(fwd, kInvalid, {"softcap = -1"}); }
+TEST_F(BadInput, NaNSoftcap) { fwd.options.softcap = std::nanf(""); expect_rejected(fwd, kInvalid, {"softcap = nan"}); }
+TEST_F(BadInput, InfiniteSoftcap) { fwd.options.softcap = INFINITY; expect_rejected(fwd, kInvalid, {"softcap = inf"}); }
+TEST_F(BadInput, InfiniteSoftmaxScale) { fwd.options.softmax_scale = INFINITY; expect_rejected(fwd, kInvalid, {"softmax_scale = inf"}); }
+TEST_F(BadInput, NaNSoftmaxScale) { bwd.options.softmax_scale = std::nanf(""); expect_rejected(bwd, kInvalid, {"softmax_scale = nan"}); }
 
 // ---- workspace: where a backend needs one, too little is refused ----
 class Workspace : public ::testing::TestWithParam<Backend> {};
@@ -251,8 +251,8 @@ TEST_P(Workspace, TooSmallIsRejected) {
   expect_rejected(a, kInvalid, {"workspace", "null"}, false);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Workspace, ::testing::Values(Backend::cpu, Backend::cuda),
-                         [](const ::testing::TestParamInfo<Backend>& info) { return to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Backends, Workspace, ::testing::ValuesIn(all_backends()),
+                         [](const ::testing::TestParamInfo<Backend>& info) { return info.param.family; });
 
 }  // namespace
 }  // namespace fa_test

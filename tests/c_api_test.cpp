@@ -25,8 +25,18 @@ fa_tensor to_c(const TensorView& t) {
   return c;
 }
 
-fa_args to_c(const BackwardArgs& b) {
-  fa_args a{};
+// The options live beside the args (fa_args points at them).
+fa_args to_c(const BackwardArgs& b, fa_options* o) {
+  fa_options_init(o);
+  o->has_softmax_scale = b.options.softmax_scale.has_value();
+  o->softmax_scale = b.options.softmax_scale.value_or(0.f);
+  o->causal = b.options.causal;
+  o->window_left = b.options.window_left;
+  o->window_right = b.options.window_right;
+  o->softcap = b.options.softcap;
+  fa_args a;
+  fa_args_init(&a);
+  a.options = o;
   a.q = to_c(b.q);
   a.k = to_c(b.k);
   a.v = to_c(b.v);
@@ -40,12 +50,6 @@ fa_args to_c(const BackwardArgs& b) {
   a.cu_seqlens_k = to_c(b.cu_seqlens_k);
   a.max_seqlen_q = b.max_seqlen_q;
   a.max_seqlen_k = b.max_seqlen_k;
-  a.has_softmax_scale = b.softmax_scale.has_value();
-  a.softmax_scale = b.softmax_scale.value_or(0.f);
-  a.causal = b.causal;
-  a.window_left = b.window_left;
-  a.window_right = b.window_right;
-  a.softcap = b.softcap;
   a.deterministic = b.deterministic;
   return a;
 }
@@ -57,10 +61,11 @@ class CApi : public ::testing::Test {
     p = make_problem(Case::varlen({9, 0, 20}, {12, 5, 17}, 4, 2, 64).causal_mask().cap(8.f).scale(0.2f)
                          .layout(Strides::padded),
                      rng);
-    args = to_c(p.backward_args(host));
+    args = to_c(p.backward_args(host), &options);
   }
-  DeviceMirror host{Backend::cpu};
+  DeviceMirror host{Backend::host()};
   Problem p;
+  fa_options options;
   fa_args args;
   char msg[512] = "untouched";
 };
@@ -96,7 +101,7 @@ TEST_F(CApi, UnsupportedCodeRoundTrip) {
 }
 
 TEST_F(CApi, MessageTruncatedToCapacity) {
-  args.softcap = -3.f;
+  options.softcap = -3.f;
   char small[8];
   std::memset(small, 'x', sizeof small);
   EXPECT_EQ(fa_forward(&args, small, sizeof small), static_cast<int>(StatusCode::invalid_argument));
@@ -119,7 +124,7 @@ TEST_F(CApi, RankAndEnumsOutOfRangeAreRejected) {
   args.q.rank = 9;
   EXPECT_EQ(fa_forward(&args, msg, sizeof msg), static_cast<int>(StatusCode::invalid_argument));
   EXPECT_NE(std::strstr(msg, "q:"), nullptr) << msg;
-  args = to_c(p.backward_args(host));
+  args = to_c(p.backward_args(host), &options);
   args.q.dtype = 77;
   EXPECT_EQ(fa_forward(&args, msg, sizeof msg), static_cast<int>(StatusCode::invalid_argument));
   EXPECT_NE(std::strstr(msg, "q: dtype"), nullptr) << msg;
@@ -129,6 +134,69 @@ TEST_F(CApi, PathAndCudaAvailability) {
   EXPECT_STREQ(fa_forward_path(&args), "cpu");
   EXPECT_STREQ(fa_backward_path(&args), "cpu");
   EXPECT_EQ(fa_cuda_available() != 0, cuda_available());
+  EXPECT_NE(std::strstr(fa_families(), "cpu"), nullptr) << fa_families();
+}
+
+TEST_F(CApi, PathRestrictsTheFamily) {
+  args.path = "cpu";
+  EXPECT_EQ(fa_forward(&args, msg, sizeof msg), 0) << msg;
+  args.path = "sm80";  // a CUDA family, given host tensors
+  EXPECT_EQ(fa_forward(&args, msg, sizeof msg), static_cast<int>(StatusCode::not_supported));
+  EXPECT_NE(std::strstr(msg, "path = \"sm80\""), nullptr) << msg;
+  args.path = "tpu";
+  EXPECT_EQ(fa_forward(&args, msg, sizeof msg), static_cast<int>(StatusCode::invalid_argument));
+  EXPECT_NE(std::strstr(msg, "path = \"tpu\" is not a kernel family"), nullptr) << msg;
+}
+
+// A caller compiled against layout 1 of fa_args (before `path`): the library reads only the bytes
+// it declares and gives `path` its default, whatever lies in memory after them.
+TEST_F(CApi, OlderSmallerArgsStruct) {
+  struct {
+    fa_args args;
+    unsigned char beyond[64];
+  } caller;
+  std::memset(&caller, 0xA5, sizeof caller);  // garbage where the newer fields would be
+  std::memcpy(&caller.args, &args, FA_ARGS_SIZE_V1);
+  caller.args.struct_size = FA_ARGS_SIZE_V1;
+  for (HostTensor* t : {&p.out, &p.lse}) t->poison();
+  for (HostTensor* t : {&p.q, &p.k, &p.v, &p.cu_q, &p.cu_k, &p.out, &p.lse}) t->snapshot();
+  ASSERT_EQ(fa_forward(&caller.args, msg, sizeof msg), 0) << msg;
+  expect_forward_matches(p);
+  EXPECT_STREQ(fa_forward_path(&caller.args), "cpu");
+}
+
+// A newer caller's larger struct is accepted while the fields this library does not know are zero,
+// refused by name when one is set; a struct_size below the first layout (unset) is refused.
+TEST_F(CApi, StructSizeIsChecked) {
+  struct {
+    fa_args args;
+    unsigned char newer[16];
+  } caller{};
+  caller.args = args;
+  caller.args.struct_size = sizeof caller;
+  EXPECT_EQ(fa_forward(&caller.args, msg, sizeof msg), 0) << msg;
+  caller.newer[3] = 1;
+  EXPECT_EQ(fa_forward(&caller.args, msg, sizeof msg), static_cast<int>(StatusCode::not_supported));
+  EXPECT_NE(std::strstr(msg, "does not know"), nullptr) << msg;
+  args.struct_size = 0;
+  EXPECT_EQ(fa_forward(&args, msg, sizeof msg), static_cast<int>(StatusCode::invalid_argument));
+  EXPECT_NE(std::strstr(msg, "fa_args.struct_size = 0"), nullptr) << msg;
+  args.struct_size = sizeof(fa_args);
+  options.struct_size = 3;
+  EXPECT_EQ(fa_forward(&args, msg, sizeof msg), static_cast<int>(StatusCode::invalid_argument));
+  EXPECT_NE(std::strstr(msg, "fa_options.struct_size = 3"), nullptr) << msg;
+}
+
+TEST_F(CApi, NullOptionsAreTheDefaults) {
+  Rng rng;
+  Problem plain = make_problem(Case::padded(2, 33, 47, 2, 1, 64), rng);  // default scale, no mask, no cap
+  fa_options unused;
+  fa_args a = to_c(plain.backward_args(host), &unused);
+  a.options = nullptr;
+  for (HostTensor* t : {&plain.out, &plain.lse}) t->poison();
+  for (HostTensor* t : {&plain.q, &plain.k, &plain.v, &plain.out, &plain.lse}) t->snapshot();
+  ASSERT_EQ(fa_forward(&a, msg, sizeof msg), 0) << msg;
+  expect_forward_matches(plain);
 }
 
 }  // namespace

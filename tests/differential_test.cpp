@@ -187,7 +187,7 @@ TEST_P(Diff, Backward) {
   expect_backward_matches(p);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, Diff, ::testing::Combine(::testing::Values(Backend::cpu, Backend::cuda),
+INSTANTIATE_TEST_SUITE_P(All, Diff, ::testing::Combine(::testing::ValuesIn(all_backends()),
                                                        ::testing::ValuesIn(all_cases())),
                          [](const ::testing::TestParamInfo<Param>& info) {
                            return std::string(to_string(std::get<0>(info.param))) + "_" +

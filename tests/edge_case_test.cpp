@@ -258,8 +258,8 @@ TEST_P(Edge, DeterministicBackwardIsReproducible) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Edge, ::testing::Values(Backend::cpu, Backend::cuda),
-                         [](const ::testing::TestParamInfo<Backend>& info) { return to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Backends, Edge, ::testing::ValuesIn(all_backends()),
+                         [](const ::testing::TestParamInfo<Backend>& info) { return info.param.family; });
 
 }  // namespace
 }  // namespace fa_test

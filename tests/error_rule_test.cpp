@@ -163,21 +163,21 @@ void expect_bug_caught(const Case& c, const std::function<void(FwdParams*)>& bug
 
 TEST_P(SimulatedBug, CausalMaskOffByOne) {
   Case c = GetParam().causal_mask();
-  expect_bug_caught(c, [](FwdParams* p) { p->mask.window_right = 1; }, true);
+  expect_bug_caught(c, [](FwdParams* p) { p->options.window_right = 1; }, true);
 }
 
 TEST_P(SimulatedBug, WindowLeftOffByOne) {
   Case c = GetParam().window(17, -1);
-  expect_bug_caught(c, [](FwdParams* p) { p->mask.window_left = 18; }, true);
+  expect_bug_caught(c, [](FwdParams* p) { p->options.window_left = 18; }, true);
 }
 
 TEST_P(SimulatedBug, ScaleOffByOnePercent) {
-  expect_bug_caught(GetParam(), [](FwdParams* p) { p->softmax_scale *= 1.01f; }, true);
+  expect_bug_caught(GetParam(), [](FwdParams* p) { p->options.softmax_scale = *p->options.softmax_scale * 1.01f; }, true);
 }
 
 TEST_P(SimulatedBug, SoftcapIgnored) {
   Case c = GetParam().cap(5.f).scale(0.5f);
-  expect_bug_caught(c, [](FwdParams* p) { p->softcap = 0; }, true);
+  expect_bug_caught(c, [](FwdParams* p) { p->options.softcap = 0; }, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(ErrorRule, SimulatedBug,

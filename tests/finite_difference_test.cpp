@@ -32,7 +32,7 @@ double loss(const Problem& p, const std::vector<double>& dout_packed) {
 
 std::vector<double> packed_dout(const Problem& p) {
   FwdParams hp = p.host_forward_params();
-  DeviceMirror host(Backend::cpu);
+  DeviceMirror host(Backend::host());
   hp.out = p.backward_args(host).dout.data;  // dout has out's shape and strides
   return reference::read_out(hp);
 }
@@ -129,7 +129,7 @@ TEST_P(LibraryGradients, MatchFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(FiniteDifferences, LibraryGradients,
-                         ::testing::Combine(::testing::Values(Backend::cpu, Backend::cuda), ::testing::ValuesIn(fd_cases())),
+                         ::testing::Combine(::testing::ValuesIn(all_backends()), ::testing::ValuesIn(fd_cases())),
                          [](const ::testing::TestParamInfo<Param>& info) {
                            return std::string(to_string(std::get<0>(info.param))) + "_" + std::get<1>(info.param).name();
                          });

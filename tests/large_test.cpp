@@ -30,19 +30,19 @@ std::vector<Case> large_cases() {
 class Large : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Large, Forward) {
-  FA_REQUIRE_BACKEND(Backend::cuda);
+  FA_REQUIRE_BACKEND(Backend::any(flashattn::Device::cuda));
   Rng rng;
   Problem p = make_problem(GetParam(), rng);
-  FA_RUN_OR_SKIP(run_forward(Backend::cuda, p));
+  FA_RUN_OR_SKIP(run_forward(Backend::any(flashattn::Device::cuda), p));
   expect_forward_matches(p);
 }
 
 TEST_P(Large, Backward) {
-  FA_REQUIRE_BACKEND(Backend::cuda);
+  FA_REQUIRE_BACKEND(Backend::any(flashattn::Device::cuda));
   Rng rng;
   Problem p = make_problem(GetParam(), rng);
-  FA_RUN_OR_SKIP(run_forward(Backend::cuda, p));
-  FA_RUN_OR_SKIP(run_backward(Backend::cuda, p));
+  FA_RUN_OR_SKIP(run_forward(Backend::any(flashattn::Device::cuda), p));
+  FA_RUN_OR_SKIP(run_backward(Backend::any(flashattn::Device::cuda), p));
   expect_backward_matches(p);
 }
 

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace flashattn {
 
@@ -69,7 +70,16 @@ struct TensorView {
   static TensorView contiguous(void* data, DType dtype, Device device, std::initializer_list<int64_t> shape);
 };
 
-// What forward and backward share: the inputs and the attention options.
+// The attention options: what the score and the mask are. One struct, shared by forward and
+// backward (and passed whole through every layer of the library); a new option is a field here.
+struct AttentionOptions {
+  std::optional<float> softmax_scale;  // default 1/sqrt(hdim_qk)
+  bool causal = false;                 // window_right = 0, aligned bottom-right
+  int64_t window_left = -1, window_right = -1;  // −1: unbounded on that side
+  float softcap = 0.f;                          // 0: off
+};
+
+// What forward and backward share: the inputs, the options, and where to run.
 struct AttentionArgs {
   TensorView q, k, v;
 
@@ -77,10 +87,11 @@ struct AttentionArgs {
   TensorView cu_seqlens_q, cu_seqlens_k;
   int64_t max_seqlen_q = 0, max_seqlen_k = 0;
 
-  std::optional<float> softmax_scale;  // default 1/sqrt(hdim_qk)
-  bool causal = false;
-  int64_t window_left = -1, window_right = -1;  // −1: unbounded on that side
-  float softcap = 0.f;                          // 0: off
+  AttentionOptions options;
+
+  // Which kernel family may run the call: "auto" (or empty: the fastest family that supports it,
+  // see families()), or one family's name ("cpu", "sm80", ...) to run that one or fail saying why.
+  std::string path = "auto";
 
   void* stream = nullptr;  // cudaStream_t for CUDA tensors; ignored on the CPU
 };
@@ -100,7 +111,9 @@ struct BackwardArgs : AttentionArgs {
   std::size_t workspace_bytes = 0;
 };
 
-// Which kernel family would run a call (for reporting); "cpu", "sm80", ... or "" if none.
+// The kernel families this build knows, in the order "auto" tries them ("sm80", "cpu", ...), and
+// the one that would run a call ("" when none).
+std::vector<std::string> families();
 std::string forward_path(const ForwardArgs& args);
 std::string backward_path(const BackwardArgs& args);
 

@@ -1,6 +1,11 @@
 /* flashattn C ABI: one flat argument struct for forward and backward, for ctypes/FFI callers.
  * Mirrors the C++ API (flashattn.hpp); return value is the StatusCode (0 = ok) and the message is
- * copied into msg (NUL-terminated, truncated to msg_cap). Nothing here throws or aborts. */
+ * copied into msg (NUL-terminated, truncated to msg_cap). Nothing here throws or aborts.
+ *
+ * Versioning: fa_args and fa_options start with struct_size, the sizeof the caller compiled
+ * (fa_args_init / fa_options_init set it, with every default). New fields are only ever appended,
+ * so the library reads the fields a caller knows and gives every later field its default; a
+ * caller newer than the library may pass a larger struct whose unknown tail is all zero bytes. */
 #ifndef FLASHATTN_C_H
 #define FLASHATTN_C_H
 
@@ -22,22 +27,40 @@ typedef struct fa_tensor {
   int64_t stride[4];
 } fa_tensor;
 
+/* The attention options (flashattn::AttentionOptions). */
+typedef struct fa_options {
+  size_t struct_size;
+  float softmax_scale;                    /* used when has_softmax_scale != 0; else 1/sqrt(hdim_qk) */
+  int32_t has_softmax_scale;
+  int32_t causal;
+  int32_t pad_;
+  int64_t window_left, window_right;      /* -1: unbounded */
+  float softcap;                          /* 0: off */
+} fa_options;
+
 typedef struct fa_args {
+  size_t struct_size;
   fa_tensor q, k, v, out, lse;
   fa_tensor dout, dq, dk, dv;             /* backward only */
   fa_tensor cu_seqlens_q, cu_seqlens_k;   /* varlen only */
   int64_t max_seqlen_q, max_seqlen_k;
-  float softmax_scale;                    /* used when has_softmax_scale != 0 */
-  int32_t has_softmax_scale;
-  int32_t causal;
-  int32_t deterministic;
-  int64_t window_left, window_right;
-  float softcap;
+  const fa_options* options;              /* NULL: the defaults */
+  int32_t deterministic;                  /* backward only */
   int32_t pad_;
   void* stream;
   void* workspace;
   size_t workspace_bytes;
+  /* -- end of layout 1 (FA_ARGS_SIZE_V1) -- */
+  const char* path;                       /* NULL or "auto": any kernel family; else its name */
 } fa_args;
+
+/* The smallest struct_size each struct accepts: its first layout. */
+#define FA_ARGS_SIZE_V1 offsetof(fa_args, path)
+#define FA_OPTIONS_SIZE_V1 sizeof(fa_options)
+
+/* Fill with the defaults (no tensors, default options, path "auto") and this header's struct_size. */
+void fa_args_init(fa_args* args);
+void fa_options_init(fa_options* options);
 
 int fa_forward(const fa_args* args, char* msg, size_t msg_cap);
 int fa_backward(const fa_args* args, char* msg, size_t msg_cap);
@@ -46,6 +69,8 @@ int fa_backward_workspace_size(const fa_args* args, size_t* bytes, char* msg, si
 /* Kernel family that would run ("cpu", "sm80", ...), or "" when none; static storage per thread. */
 const char* fa_forward_path(const fa_args* args);
 const char* fa_backward_path(const fa_args* args);
+/* The kernel families of this build, comma-separated, in the order "auto" tries them. */
+const char* fa_families(void);
 int fa_cuda_available(void);
 
 #ifdef __cplusplus

@@ -61,11 +61,11 @@ void fill(AttentionArgs* a, const PyTensor& q, const PyTensor& k, const PyTensor
   a->cu_seqlens_k = view_of(cu_k);
   a->max_seqlen_q = max_q;
   a->max_seqlen_k = max_k;
-  a->softmax_scale = scale;
-  a->causal = causal;
-  a->window_left = window_left;
-  a->window_right = window_right;
-  a->softcap = softcap;
+  a->options.softmax_scale = scale;
+  a->options.causal = causal;
+  a->options.window_left = window_left;
+  a->options.window_right = window_right;
+  a->options.softcap = softcap;
   a->stream = reinterpret_cast<void*>(stream);
 }
 

@@ -59,24 +59,26 @@ TensorView TensorView::contiguous(void* data, DType dtype, Device device, std::i
 
 bool cuda_available() { return cuda::device_available(); }
 
+std::vector<std::string> families() {
+  std::vector<std::string> names;
+  for (const Family* f : family_table()) names.emplace_back(f->name);
+  return names;
+}
+
 namespace {
 
+// Validation, then the one selection: the Plan every entry point works from.
 template <class Args, class Params>
-auto plan_for(const Args& args, Params* params, Status* status) {
-  *status = to_params(args, params);
-  decltype(select(*params)) plan;
-  if (status->ok()) {
-    plan = select(*params);
-    *status = plan.status;
-  }
-  return plan;
+Status plan_for(const Args& args, Params* params, Plan* plan) {
+  Status status = to_params(args, params);
+  return status.ok() ? select(*params, args.path, plan) : status;
 }
 
 template <class Args, class Params>
 Status run(const Args& args) try {
   Params params;
-  Status status;
-  auto plan = plan_for(args, &params, &status);
+  Plan plan;
+  Status status = plan_for(args, &params, &plan);
   if (!status.ok()) return status;
   if (params.workspace_bytes < plan.workspace_bytes) {
     return Status::invalid("workspace_bytes = " + std::to_string(params.workspace_bytes) + " is below the " +
@@ -85,7 +87,8 @@ Status run(const Args& args) try {
   if (plan.workspace_bytes > 0 && params.workspace == nullptr) {
     return Status::invalid("workspace: null, but this call needs " + std::to_string(plan.workspace_bytes) + " bytes");
   }
-  return plan.run(params);
+  const Direction<Params>& d = direction_of<Params>(*plan.family);
+  return d.run(plan, params);
 } catch (const std::exception& e) {
   return {StatusCode::internal, std::string("internal error: ") + e.what()};
 } catch (...) {
@@ -96,8 +99,8 @@ template <class Args, class Params>
 Status workspace_size(const Args& args, std::size_t* bytes) try {
   if (bytes == nullptr) return Status::invalid("bytes: null output pointer");
   Params params;
-  Status status;
-  auto plan = plan_for(args, &params, &status);
+  Plan plan;
+  Status status = plan_for(args, &params, &plan);
   *bytes = status.ok() ? plan.workspace_bytes : 0;
   return status;
 } catch (...) {
@@ -107,9 +110,8 @@ Status workspace_size(const Args& args, std::size_t* bytes) try {
 template <class Args, class Params>
 std::string path_of(const Args& args) try {
   Params params;
-  Status status;
-  auto plan = plan_for(args, &params, &status);
-  return status.ok() ? plan.path : "";
+  Plan plan;
+  return plan_for(args, &params, &plan).ok() ? plan.family->name : "";
 } catch (...) {
   return "";
 }

@@ -5,35 +5,57 @@
 
 namespace flashattn {
 
-ForwardPlan select(const FwdParams& p) {
-  ForwardPlan plan;
-  if (p.device == Device::cpu) {
-    plan.path = "cpu";
-    plan.run = cpu::forward;
-    return plan;
-  }
-  plan.status = cuda::sm80_forward_check(p);
-  if (plan.status.ok()) {
-    plan.path = "sm80";
-    plan.run = cuda::sm80_forward;
-  }
-  return plan;
+// Fastest first. Adding a family: its folder, one line here, its sources in the build.
+const std::vector<const Family*>& family_table() {
+  static const std::vector<const Family*> kFamilies = {&cuda::sm80_family(), &cpu::family()};
+  return kFamilies;
 }
 
-BackwardPlan select(const BwdParams& p) {
-  BackwardPlan plan;
-  if (p.device == Device::cpu) {
-    plan.path = "cpu";
-    plan.run = cpu::backward;
-    return plan;
-  }
-  plan.status = cuda::sm80_backward_check(p);
-  if (plan.status.ok()) {
-    plan.path = "sm80";
-    plan.run = cuda::sm80_backward;
-    plan.workspace_bytes = cuda::sm80_backward_workspace(p);
-  }
-  return plan;
+namespace {
+
+bool is_auto(std::string_view path) { return path.empty() || path == "auto"; }
+
+std::string known_paths() {
+  std::string s = "auto";
+  for (const Family* f : family_table()) s += std::string(", ") + f->name;
+  return s;
 }
+
+template <class Params>
+Status select_in_table(const Params& p, std::string_view path, Plan* plan) {
+  *plan = Plan{};
+  Status first_reason = Status::unsupported(std::string("device: no kernel family runs ") + to_string(p.device) +
+                                            " tensors in this build");
+  bool named = false, tried = false;
+  for (const Family* f : family_table()) {
+    if (!is_auto(path) && path != f->name) continue;
+    named = true;
+    if (f->device != p.device) {
+      if (!is_auto(path)) {
+        return Status::unsupported("path = \"" + std::string(path) + "\" runs " + to_string(f->device) +
+                                   " tensors; these are on " + to_string(p.device));
+      }
+      continue;
+    }
+    Status s = direction_of<Params>(*f).plan(p, plan);
+    if (s.ok()) {
+      plan->family = f;
+      return s;
+    }
+    if (!tried) first_reason = s;
+    tried = true;
+  }
+  if (!named) {
+    return Status::invalid("path = \"" + std::string(path) + "\" is not a kernel family of this build (" +
+                           known_paths() + ")");
+  }
+  *plan = Plan{};
+  return first_reason;
+}
+
+}  // namespace
+
+Status select(const FwdParams& p, std::string_view path, Plan* plan) { return select_in_table(p, path, plan); }
+Status select(const BwdParams& p, std::string_view path, Plan* plan) { return select_in_table(p, path, plan); }
 
 }  // namespace flashattn

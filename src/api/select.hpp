@@ -1,31 +1,22 @@
 // The one selection function. supports(), the workspace queries and the run path all call
-// select(), so what is reported as supported is exactly what runs.
+// select(), so what is reported as supported is exactly what runs, and each call plans once.
 #pragma once
 
-#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
 
-#include "api/params.hpp"
+#include "backend/family.hpp"
 
 namespace flashattn {
 
-using ForwardFn = Status (*)(const FwdParams&);
-using BackwardFn = Status (*)(const BwdParams&);
+// The families, in the order "auto" tries them.
+const std::vector<const Family*>& family_table();
 
-struct ForwardPlan {
-  Status status;             // ok, or why no kernel can run these params
-  const char* path = "";     // kernel family: "cpu", "sm80", ...
-  ForwardFn run = nullptr;
-  std::size_t workspace_bytes = 0;
-};
-
-struct BackwardPlan {
-  Status status;
-  const char* path = "";
-  BackwardFn run = nullptr;
-  std::size_t workspace_bytes = 0;
-};
-
-ForwardPlan select(const FwdParams& params);
-BackwardPlan select(const BwdParams& params);
+// Plans params on the family `path` names, or on the first family of the table that runs the
+// params' device and accepts them ("auto" or empty). Not ok: why nothing can run them (for "auto",
+// the first family's reason for the device: the fastest one's).
+Status select(const FwdParams& params, std::string_view path, Plan* plan);
+Status select(const BwdParams& params, std::string_view path, Plan* plan);
 
 }  // namespace flashattn

@@ -151,6 +151,34 @@ Status check_cu_seqlens(const char* name, const TensorView& cu, int64_t total, i
   return Status::success();
 }
 
+// The options, checked and normalized into p->options (see backend/params.hpp): the default
+// scale filled in, causal folded into window_right = 0, and a window side that reaches past every
+// sequence made unbounded (−1). That last rule is the one place windows are bounded: a visible
+// range needs left < seqlen_k and right < seqlen_q, so afterwards no window exceeds the lengths
+// and no backend's mask arithmetic can overflow, whatever the caller passed.
+Status normalized_options(const AttentionOptions& o, FwdParams* p) {
+  const float scale = o.softmax_scale ? *o.softmax_scale : 1.f / std::sqrt(static_cast<float>(p->hdim_qk));
+  if (!std::isfinite(scale)) {
+    return Status::invalid("softmax_scale = " + std::to_string(scale) + " is not finite");
+  }
+  if (!std::isfinite(o.softcap) || o.softcap < 0.f) {
+    return Status::invalid("softcap = " + std::to_string(o.softcap) + " must be finite and >= 0 (0: off)");
+  }
+  if (o.window_left < -1) return Status::invalid("window_left = " + std::to_string(o.window_left) + " must be >= -1 (-1: unbounded)");
+  if (o.window_right < -1) return Status::invalid("window_right = " + std::to_string(o.window_right) + " must be >= -1 (-1: unbounded)");
+  if (o.causal && o.window_right > 0) {
+    return Status::invalid("window_right = " + std::to_string(o.window_right) +
+                           " conflicts with causal = true (causal means window_right = 0)");
+  }
+  AttentionOptions n = o;
+  n.softmax_scale = scale;
+  if (n.causal) n.window_right = 0;
+  if (n.window_left >= p->seqlen_k) n.window_left = -1;
+  if (!n.causal && n.window_right >= p->seqlen_q) n.window_right = -1;
+  p->options = n;
+  return Status::success();
+}
+
 // Everything forward and backward share: q, k, v, varlen offsets, options.
 Status common_params(const AttentionArgs& a, FwdParams* p) {
   const bool varlen = !a.cu_seqlens_q.empty() || !a.cu_seqlens_k.empty();
@@ -236,24 +264,7 @@ Status common_params(const AttentionArgs& a, FwdParams* p) {
   p->k = a.k.data;
   p->v = a.v.data;
 
-  float scale = a.softmax_scale ? *a.softmax_scale : 1.f / std::sqrt(static_cast<float>(p->hdim_qk));
-  if (!std::isfinite(scale)) {
-    return Status::invalid("softmax_scale = " + std::to_string(scale) + " is not finite");
-  }
-  if (!std::isfinite(a.softcap) || a.softcap < 0.f) {
-    return Status::invalid("softcap = " + std::to_string(a.softcap) + " must be finite and >= 0 (0: off)");
-  }
-  if (a.window_left < -1) return Status::invalid("window_left = " + std::to_string(a.window_left) + " must be >= -1 (-1: unbounded)");
-  if (a.window_right < -1) return Status::invalid("window_right = " + std::to_string(a.window_right) + " must be >= -1 (-1: unbounded)");
-  if (a.causal && a.window_right > 0) {
-    return Status::invalid("window_right = " + std::to_string(a.window_right) +
-                           " conflicts with causal = true (causal means window_right = 0)");
-  }
-  p->softmax_scale = scale;
-  p->softcap = a.softcap;
-  p->mask.causal = a.causal;
-  p->mask.window_left = a.window_left;
-  p->mask.window_right = a.causal ? 0 : a.window_right;
+  FLASHATTN_TRY(normalized_options(a.options, p));
   p->stream = a.stream;
   return Status::success();
 }

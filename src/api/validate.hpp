@@ -2,7 +2,7 @@
 // failure names the argument and the value at fault.
 #pragma once
 
-#include "api/params.hpp"
+#include "backend/params.hpp"
 
 namespace flashattn {
 

@@ -71,7 +71,7 @@ struct HeadView {
         dk(head_rows(p.dk, p.dtype, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, b, seq.row_offset_k, kv(p, h))),
         dv(head_rows(p.dv, p.dtype, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, b, seq.row_offset_k, kv(p, h))),
         lse(lse_rows(p, b, seq, h)),
-        mask(p.mask, seq.len_q, seq.len_k) {}
+        mask(mask_of(p.options), seq.len_q, seq.len_k) {}
 
   static int64_t kv(const BwdParams& p, int64_t h) { return h / p.group_size(); }
 };
@@ -103,12 +103,11 @@ void load_key_tile(const BwdParams& p, const BackwardTiles& t, const HeadView& h
 // Masked entries get P = dS = 0 explicitly; a fully masked row has LSE = +inf, so its P is 0 too.
 void recompute_p_and_ds(const BwdParams& p, const BackwardTiles& t, const HeadView& hv, const TileCoords& c) {
   const int64_t d = p.hdim_qk, dv = p.hdim_v;
-  score_tile(t.p, t.q, t.kt, d, c, p.softmax_scale, p.softcap, hv.mask);
+  score_tile(t.p, t.q, t.kt, d, c, p.options, hv.mask);
   for (int64_t r = 0; r < c.rows; ++r) std::fill(t.ds + r * kBlockN, t.ds + r * kBlockN + c.cols, 0.f);
   matmul_acc(t.ds, kBlockN, as_stored(t.dout, dv), t.vt, kBlockN, c.rows, c.cols, dv);  // dP
 
-  const float inv_cap = p.softcap > 0.f ? 1.f / p.softcap : 0.f;  // 0: tanh term vanishes
-  const float scale = p.softmax_scale;
+  const ScoreChain chain = score_chain(p.options);
   for (int64_t r = 0; r < c.rows; ++r) {
     float* __restrict s_row = t.p + r * kBlockN;
     float* __restrict ds_row = t.ds + r * kBlockN;
@@ -117,9 +116,8 @@ void recompute_p_and_ds(const BwdParams& p, const BackwardTiles& t, const HeadVi
       const float s = s_row[j];
       const bool visible = s != kNegInf;
       const float prob = visible ? exp_poly(s - lse) : 0.f;
-      const float tanh_s = visible ? s * inv_cap : 0.f;
       s_row[j] = prob;
-      ds_row[j] = prob * (ds_row[j] - delta) * (1.f - tanh_s * tanh_s) * scale;
+      ds_row[j] = prob * (ds_row[j] - delta) * chain(visible ? s : 0.f);
     }
   }
 }

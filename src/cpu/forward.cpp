@@ -89,7 +89,7 @@ void forward_block(const FwdParams& p, const ForwardTiles& t, int64_t b, int64_t
   const InRows k = head_rows(p.k, p.dtype, p.k_batch_stride, p.k_row_stride, p.k_head_stride, b, seq.row_offset_k, h_kv);
   const InRows v = head_rows(p.v, p.dtype, p.v_batch_stride, p.v_row_stride, p.v_head_stride, b, seq.row_offset_k, h_kv);
   const OutRows out = head_rows(p.out, p.dtype, p.o_batch_stride, p.o_row_stride, p.o_head_stride, b, seq.row_offset_q, h);
-  const VisibleKeys mask(p.mask, seq.len_q, seq.len_k);
+  const VisibleKeys mask(mask_of(p.options), seq.len_q, seq.len_k);
 
   load_tile(t.q, d, q, row0, rows, d);
   std::fill(t.acc, t.acc + rows * dv, 0.f);
@@ -104,7 +104,7 @@ void forward_block(const FwdParams& p, const ForwardTiles& t, int64_t b, int64_t
       const int64_t cols = std::min(kBlockN, seq.len_k - key0);
       load_tile_transposed(t.kt, kBlockN, k, key0, cols, d, t.row_buf);
       load_tile(t.v, dv, v, key0, cols, dv);
-      score_tile(t.s, t.q, t.kt, d, {row0, rows, key0, cols}, p.softmax_scale, p.softcap, mask);
+      score_tile(t.s, t.q, t.kt, d, {row0, rows, key0, cols}, p.options, mask);
       online_softmax_update(t, rows, cols, dv);
       matmul_acc(t.acc, dv, as_stored(t.s, kBlockN), t.v, dv, rows, dv, cols);  // PV accumulate
     }

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "api/params.hpp"
+#include "backend/params.hpp"
 
 namespace flashattn::cpu {
 

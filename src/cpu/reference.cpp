@@ -77,9 +77,9 @@ struct Problem {
     q = gather<T>(p, L, q_desc(p));
     k = gather<T>(p, L, k_desc(p));
     v = gather<T>(p, L, v_desc(p));
-    scale = p.softmax_scale;
-    softcap = p.softcap;
-    mask = p.mask;
+    scale = softmax_scale(p.options);
+    softcap = p.options.softcap;
+    mask = mask_of(p.options);
     dtype = p.dtype;
   }
 

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "api/params.hpp"
+#include "backend/params.hpp"
 
 namespace flashattn::reference {
 

@@ -19,9 +19,11 @@ struct TileCoords {
 
 // s[r][c] (leading dimension kBlockN) = score of query row0 + r against key key0 + c:
 //   (q_r · k_c) · scale, then softcap · tanh(· / softcap) when softcap > 0, then −inf where masked.
-// q is the query tile [rows][d]; kt the transposed key tile [d][kBlockN].
-inline void score_tile(float* s, const float* q, const float* kt, int64_t d, const TileCoords& t, float scale,
-                       float softcap, const VisibleKeys& mask) {
+// q is the query tile [rows][d]; kt the transposed key tile [d][kBlockN]. The score-level options
+// (scale, softcap) are read here and nowhere else in the CPU backend.
+inline void score_tile(float* s, const float* q, const float* kt, int64_t d, const TileCoords& t,
+                       const AttentionOptions& options, const VisibleKeys& mask) {
+  const float scale = softmax_scale(options), softcap = options.softcap;
   for (int64_t r = 0; r < t.rows; ++r) std::fill(s + r * kBlockN, s + r * kBlockN + t.cols, 0.f);
   matmul_acc(s, kBlockN, as_stored(q, d), kt, kBlockN, t.rows, t.cols, d);
   for (int64_t r = 0; r < t.rows; ++r) {
@@ -34,6 +36,20 @@ inline void score_tile(float* s, const float* q, const float* kt, int64_t d, con
     }
     mask.mask_row(s_row, t.row0 + r, t.key0, t.cols);
   }
+}
+
+// The chain rule back through score_tile: d(score)/d(q·k) from the score s it produced (finite:
+// callers pass 0 for masked entries, whose gradient is 0 anyway). scale, times 1 − tanh² =
+// 1 − (s/softcap)² under softcap (d cap·tanh(x/cap)/dx).
+struct ScoreChain {
+  float scale, inv_cap;  // inv_cap 0 without softcap: the tanh term vanishes
+  float operator()(float s) const {
+    const float t = s * inv_cap;
+    return (1.f - t * t) * scale;
+  }
+};
+inline ScoreChain score_chain(const AttentionOptions& options) {
+  return {softmax_scale(options), options.softcap > 0.f ? 1.f / options.softcap : 0.f};
 }
 
 }  // namespace flashattn::cpu

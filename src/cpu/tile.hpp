@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "api/params.hpp"
+#include "backend/params.hpp"
 #include "cpu/convert.hpp"
 
 namespace flashattn::cpu {

@@ -1,21 +1,14 @@
-// CUDA backend entry points, as select() sees them. Each *_check says whether the compiled kernels
-// cover the params (ok) or why not; select() calls it, so supports() and run cannot disagree.
-// When the library is built without CUDA, these report not_supported.
+// The CUDA kernel families as select() sees them. Built without CUDA, each is still in the table
+// (cuda/no_cuda.cpp) and says so when planned.
 #pragma once
 
-#include <cstddef>
-
-#include "api/params.hpp"
+#include "backend/family.hpp"
 
 namespace flashattn::cuda {
 
 bool device_available();
 
-Status sm80_forward_check(const FwdParams& params);
-Status sm80_forward(const FwdParams& params);
-
-Status sm80_backward_check(const BwdParams& params);
-std::size_t sm80_backward_workspace(const BwdParams& params);
-Status sm80_backward(const BwdParams& params);
+// The portable tensor-core path (mma.sync, ldmatrix, cp.async): sm_80 and later.
+const Family& sm80_family();
 
 }  // namespace flashattn::cuda

@@ -1,16 +1,26 @@
-// Built when CUDA is not: every CUDA entry point says so instead of failing to link.
+// Built when CUDA is not: the CUDA families stay in the table and refuse every call, saying why.
 #include "cuda/cuda_backend.hpp"
 
 namespace flashattn::cuda {
 namespace {
-Status no_cuda() { return Status::unsupported("device: cuda tensors given, but flashattn was built without CUDA"); }
+
+template <class Params>
+Status no_cuda(const Params&, Plan*) {
+  return Status::unsupported("device: cuda tensors given, but flashattn was built without CUDA");
+}
+template <class Params>
+Status never_run(const Plan&, const Params&) {
+  return {StatusCode::internal, "cuda family run without a plan (built without CUDA)"};
+}
+
 }  // namespace
 
 bool device_available() { return false; }
-Status sm80_forward_check(const FwdParams&) { return no_cuda(); }
-Status sm80_forward(const FwdParams&) { return no_cuda(); }
-Status sm80_backward_check(const BwdParams&) { return no_cuda(); }
-std::size_t sm80_backward_workspace(const BwdParams&) { return 0; }
-Status sm80_backward(const BwdParams&) { return no_cuda(); }
+
+const Family& sm80_family() {
+  static const Family kSm80{"sm80", Device::cuda, {no_cuda<FwdParams>, never_run<FwdParams>},
+                            {no_cuda<BwdParams>, never_run<BwdParams>}};
+  return kSm80;
+}
 
 }  // namespace flashattn::cuda

@@ -100,10 +100,10 @@ void run_and_check(const Problem& p) {
     a.out = view(dout.ptr, DType::bf16, {p.batch, p.sq, p.h, p.dv});
     a.lse = view(dlse.ptr, DType::f32, {p.batch, p.h, p.sq});
   }
-  a.causal = p.causal;
-  a.window_left = p.left;
-  a.window_right = p.right;
-  a.softcap = p.softcap;
+  a.options.causal = p.causal;
+  a.options.window_left = p.left;
+  a.options.window_right = p.right;
+  a.options.softcap = p.softcap;
   const flashattn::Status sup = flashattn::supports(a);
   if (sup.code == flashattn::StatusCode::not_supported && sup.message.find("FLASHATTN_HEADDIMS") != std::string::npos) {
     GTEST_SKIP() << sup.message;  // this build did not compile the head dim

@@ -2,18 +2,22 @@
 
 #include <stdexcept>
 
+#include "api/select.hpp"
+
 #ifdef FLASHATTN_TESTS_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
 
 namespace fa_test {
 
-const char* to_string(Backend b) { return b == Backend::cpu ? "cpu" : "cuda"; }
+std::vector<Backend> all_backends() {
+  std::vector<Backend> all;
+  for (const flashattn::Family* f : flashattn::family_table()) all.push_back({f->name, f->device});
+  return all;
+}
 
-flashattn::Device device_of(Backend b) { return b == Backend::cpu ? flashattn::Device::cpu : flashattn::Device::cuda; }
-
-std::string unavailable_reason(Backend b) {
-  if (b == Backend::cuda && !flashattn::cuda_available()) return "no CUDA device: GPU test skipped";
+std::string unavailable_reason(const Backend& b) {
+  if (!b.on_host() && !flashattn::cuda_available()) return "no CUDA device: GPU test skipped";
   return "";
 }
 
@@ -31,7 +35,7 @@ DeviceMirror::~DeviceMirror() {
 }
 
 void* DeviceMirror::scratch(std::size_t bytes) {
-  if (backend_ == Backend::cpu) {
+  if (backend_.on_host()) {
     host_scratch_.emplace_back(bytes);
     return host_scratch_.back().data();
   }
@@ -42,7 +46,7 @@ void* DeviceMirror::scratch(std::size_t bytes) {
 }
 
 TensorView DeviceMirror::view(const HostTensor& t) {
-  if (backend_ == Backend::cpu) return t.view();
+  if (backend_.on_host()) return t.view();
   auto it = device_storage_.find(&t);
   if (it == device_storage_.end()) {
     void* d = nullptr;
@@ -54,14 +58,14 @@ TensorView DeviceMirror::view(const HostTensor& t) {
 }
 
 void DeviceMirror::download(HostTensor& t) {
-  if (backend_ == Backend::cpu) return;
+  if (backend_.on_host()) return;
   auto it = device_storage_.find(&t);
   if (it == device_storage_.end()) throw std::logic_error("DeviceMirror::download: tensor was never uploaded");
   check(cudaMemcpy(t.storage(), it->second, t.storage_bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
 }
 
 std::string DeviceMirror::synchronize() {
-  if (backend_ == Backend::cpu) return "";
+  if (backend_.on_host()) return "";
   cudaError_t e = cudaDeviceSynchronize();
   if (e == cudaSuccess) e = cudaGetLastError();
   return e == cudaSuccess ? "" : std::string("CUDA error after the call: ") + cudaGetErrorString(e);
@@ -72,18 +76,18 @@ std::string DeviceMirror::synchronize() {
 DeviceMirror::~DeviceMirror() = default;
 
 void* DeviceMirror::scratch(std::size_t bytes) {
-  if (backend_ != Backend::cpu) throw std::logic_error("DeviceMirror: the tests were built without CUDA");
+  if (!backend_.on_host()) throw std::logic_error("DeviceMirror: the tests were built without CUDA");
   host_scratch_.emplace_back(bytes);
   return host_scratch_.back().data();
 }
 
 TensorView DeviceMirror::view(const HostTensor& t) {
-  if (backend_ == Backend::cpu) return t.view();
+  if (backend_.on_host()) return t.view();
   throw std::logic_error("DeviceMirror: the tests were built without CUDA");
 }
 
 void DeviceMirror::download(HostTensor&) {
-  if (backend_ != Backend::cpu) throw std::logic_error("DeviceMirror: the tests were built without CUDA");
+  if (!backend_.on_host()) throw std::logic_error("DeviceMirror: the tests were built without CUDA");
 }
 
 std::string DeviceMirror::synchronize() { return ""; }

@@ -12,13 +12,23 @@
 
 namespace fa_test {
 
-enum class Backend { cpu, cuda };
-const char* to_string(Backend backend);
-inline std::ostream& operator<<(std::ostream& os, Backend b) { return os << to_string(b); }
-flashattn::Device device_of(Backend backend);
+// A kernel family of this build (the call's `path`) and the device whose tensors it runs. Cases
+// run on every family, so a family that a faster one would shadow under "auto" is tested too.
+struct Backend {
+  std::string family;  // "cpu", "sm80", ...; "auto": whichever family the library picks
+  flashattn::Device device = flashattn::Device::cpu;
+
+  static Backend host() { return {"cpu", flashattn::Device::cpu}; }
+  static Backend any(flashattn::Device device) { return {"auto", device}; }
+  bool on_host() const { return device == flashattn::Device::cpu; }
+};
+inline const char* to_string(const Backend& b) { return b.family.c_str(); }
+inline std::ostream& operator<<(std::ostream& os, const Backend& b) { return os << b.family; }
+// Every kernel family of this build, in the library's order.
+std::vector<Backend> all_backends();
 
 // Why `backend` cannot run in this process ("" when it can).
-std::string unavailable_reason(Backend backend);
+std::string unavailable_reason(const Backend& backend);
 
 // Device copies of host tensors for one call. On the CPU, views are the host views themselves.
 class DeviceMirror {

@@ -2,7 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
+#include "backend/testing.hpp"
 #include "support/seed.hpp"
 
 namespace {
@@ -20,9 +23,33 @@ class SeedOnFailure : public ::testing::EmptyTestEventListener {
   }
 };
 
+// The library's test-only knobs (backend/testing.hpp), as flags: --sms=N plans GPU grids for N
+// multiprocessors (the backward's split tail on small problems); --smem-optin=BYTES plans tiles
+// for that much shared memory per block (163 KB: the A100's tiles on a Hopper GPU).
+void take_device_overrides(int* argc, char** argv) {
+  flashattn::testing::DeviceOverrides o;
+  int kept = 1;
+  for (int i = 1; i < *argc; ++i) {
+    if (std::strncmp(argv[i], "--sms=", 6) == 0) {
+      o.num_sms = std::atoi(argv[i] + 6);
+    } else if (std::strncmp(argv[i], "--smem-optin=", 13) == 0) {
+      o.smem_optin = std::atoi(argv[i] + 13);
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  *argc = kept;
+  if (o.num_sms > 0 || o.smem_optin > 0) {
+    std::printf("[  KNOBS   ] planning as if the GPU had %d SMs (0: its own) and %d bytes of opt-in shared memory "
+                "(0: its own)\n", o.num_sms, o.smem_optin);
+  }
+  flashattn::testing::set_device_overrides(o);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  take_device_overrides(&argc, argv);
   ::testing::InitGoogleTest(&argc, argv);
   ::testing::UnitTest::GetInstance()->listeners().Append(new SeedOnFailure);
   return RUN_ALL_TESTS();

@@ -143,11 +143,11 @@ void fill_attention(const Problem& p, DeviceMirror& m, AttentionArgs* a) {
     a->max_seqlen_q = c.seqlen_q;
     a->max_seqlen_k = c.seqlen_k;
   }
-  a->softmax_scale = c.softmax_scale;
-  a->causal = c.causal;
-  a->window_left = c.window_left;
-  a->window_right = c.window_right;
-  a->softcap = c.softcap;
+  a->options.softmax_scale = c.softmax_scale;
+  a->options.causal = c.causal;
+  a->options.window_left = c.window_left;
+  a->options.window_right = c.window_right;
+  a->options.softcap = c.softcap;
 }
 
 }  // namespace
@@ -174,7 +174,7 @@ BackwardArgs Problem::backward_args(DeviceMirror& m) const {
 }
 
 FwdParams Problem::host_forward_params() const {
-  DeviceMirror host(Backend::cpu);
+  DeviceMirror host(Backend::host());
   ForwardArgs a = forward_args(host);
   a.lse = host.view(lse);  // readable even when the call did not ask for it
   FwdParams params;
@@ -184,7 +184,7 @@ FwdParams Problem::host_forward_params() const {
 }
 
 BwdParams Problem::host_backward_params() const {
-  DeviceMirror host(Backend::cpu);
+  DeviceMirror host(Backend::host());
   BwdParams params;
   Status s = to_params(backward_args(host), &params);
   if (!s.ok()) throw std::invalid_argument("host_backward_params: " + s.message);
@@ -202,6 +202,7 @@ CallResult call(Backend backend, Problem& p, Args (Problem::*make_args)(DeviceMi
   for (HostTensor* t : outputs) t->snapshot();
   DeviceMirror m(backend);
   Args a = (p.*make_args)(m);
+  a.path = backend.family;
   std::size_t bytes = 0;
   if constexpr (std::is_same_v<Args, ForwardArgs>) {
     r.support = forward_workspace_size(a, &bytes);

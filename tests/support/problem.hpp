@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "api/params.hpp"
+#include "backend/params.hpp"
 #include "support/device.hpp"
 #include "support/host_tensor.hpp"
 

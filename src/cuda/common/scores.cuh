@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "flashattn/flashattn.hpp"
 #include "cuda/common/softmax.cuh"
 #include "cuda/ptx/math.cuh"
 
@@ -39,6 +40,12 @@ inline ScoreTransform make_score_transform(float softmax_scale, float softcap) {
     t.exp_mult = softmax_scale * kLog2e;
   }
   return t;
+}
+
+// From the normalized options (softmax_scale set by validation): the one place the CUDA launchers
+// read the score-level options.
+inline ScoreTransform make_score_transform(const AttentionOptions& options) {
+  return make_score_transform(options.softmax_scale.value_or(1.f), options.softcap);
 }
 
 // Largest exponent (base 2) tanh_accurate feeds to exp2: beyond it tanh is 1 in fp32 anyway, and the

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "api/params.hpp"
+#include "backend/params.hpp"
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/sm80/bwd_params.cuh"
 

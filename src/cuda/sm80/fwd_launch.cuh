@@ -9,6 +9,7 @@
 
 #include "api/status_try.hpp"
 #include "cuda/common/mask.cuh"
+#include "cuda/common/device_info.hpp"
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/sm80/fwd_kernel.cuh"
 #include "cuda/sm80/fwd_launch.hpp"
@@ -51,9 +52,9 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p) {
   k.hdim_qk = static_cast<int>(p.hdim_qk);
   k.hdim_v = static_cast<int>(p.hdim_v);
   k.num_m_blocks = ceil_div(k.seqlen_q, Traits::kBlockM);
-  k.window_left = clamp_window(p.mask.window_left);
-  k.window_right = clamp_window(p.mask.window_right);
-  k.scores = make_score_transform(p.softmax_scale, p.softcap);
+  k.window_left = clamp_window(p.options.window_left);
+  k.window_right = clamp_window(p.options.window_right);
+  k.scores = make_score_transform(p.options);
   return k;
 }
 
@@ -77,22 +78,17 @@ Status fwd_device_check_traits() {
   static DeviceFlags checked;
   const int current = current_device();
   if (checked.test(current)) return Status::success();
+  DeviceInfo dev;
+  FLASHATTN_TRY(device_info(&dev));
   cudaFuncAttributes attr{};
   cudaError_t e = cudaFuncGetAttributes(&attr, &fwd_kernel<Traits>);
   if (e != cudaSuccess) {
     cudaGetLastError();  // clear it: this is an answer, not a failure of the caller's stream
-    int dev = 0, major = 0, minor = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     return Status::unsupported("cuda sm80 forward: no kernel image for this GPU (compute capability " +
-                               std::to_string(major) + "." + std::to_string(minor) + ", " + cudaGetErrorName(e) +
-                               "); add its architecture to FLASHATTN_CUDA_ARCHS");
+                               std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) + ", " +
+                               cudaGetErrorName(e) + "); add its architecture to FLASHATTN_CUDA_ARCHS");
   }
-  int dev = 0, optin = 0;
-  cudaGetDevice(&dev);
-  e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  if (e != cudaSuccess) return fwd_cuda_status(e, "cudaDeviceGetAttribute(max shared memory per block)");
+  const int optin = dev.smem_optin;
   if (Traits::kSmemBytes + attr.sharedSizeBytes > static_cast<std::size_t>(optin)) {
     return Status::unsupported("cuda sm80 forward: head dim instance " + std::to_string(Traits::kHeadDim) + " needs " +
                                std::to_string(Traits::kSmemBytes) + " bytes of shared memory per block; this GPU allows " +
@@ -122,13 +118,13 @@ Status fwd_device_check_shape(bool big_smem) {
 
 template <class Tag, int kHeadDim>
 Status fwd_run(const FwdParams& p, bool big_smem) {
-  if (p.mask.has_mask()) return fwd_run_shape<Tag, kHeadDim, true>(p, big_smem);
+  if (mask_of(p.options).has_mask()) return fwd_run_shape<Tag, kHeadDim, true>(p, big_smem);
   return fwd_run_shape<Tag, kHeadDim, false>(p, big_smem);
 }
 
 template <class Tag, int kHeadDim>
 Status fwd_device_check(const FwdParams& p, bool big_smem) {
-  if (p.mask.has_mask()) return fwd_device_check_shape<Tag, kHeadDim, true>(big_smem);
+  if (mask_of(p.options).has_mask()) return fwd_device_check_shape<Tag, kHeadDim, true>(big_smem);
   return fwd_device_check_shape<Tag, kHeadDim, false>(big_smem);
 }
 

@@ -3,7 +3,7 @@
 // picks the instance; these run it.
 #pragma once
 
-#include "api/params.hpp"
+#include "backend/params.hpp"
 
 namespace flashattn::cuda::sm80 {
 

@@ -1,5 +1,6 @@
-// Internal, validated form of a call: what every backend receives. Host arguments (public
-// TensorViews) become these plain params once validation has passed, so backends never re-check.
+// The backend contract, part 1: the validated form of a call, what every kernel family receives.
+// Host arguments (public TensorViews) become these plain params once validation (src/api) has
+// passed, so families never re-check. Both layers depend on this folder; it depends on neither.
 //
 // Indexing (uniform for padded and varlen batches): element (b, row, h, d) of q is at
 //   q + b * q_batch_stride + (row_offset_q(b) + row) * q_row_stride + h * q_head_stride + d
@@ -23,6 +24,12 @@ struct MaskParams {
   int64_t window_right = -1; // < 0: unbounded
   bool has_mask() const { return window_left >= 0 || window_right >= 0; }
 };
+
+// Validation leaves the public AttentionOptions normalized: softmax_scale has a value, causal has
+// become window_right = 0, and a window that reaches past every sequence is −1 (unbounded), so a
+// window is always ≤ max(seqlen_q, seqlen_k) and mask arithmetic cannot overflow anywhere.
+inline float softmax_scale(const AttentionOptions& o) { return o.softmax_scale.value_or(1.f); }
+inline MaskParams mask_of(const AttentionOptions& o) { return {o.causal, o.window_left, o.window_right}; }
 
 struct FwdParams {
   DType dtype = DType::f32;  // of q, k, v, out (and dout, dq, dk, dv in the backward)
@@ -50,9 +57,7 @@ struct FwdParams {
   const int32_t* cu_seqlens_k = nullptr;
   int64_t total_q = 0, total_k = 0;  // rows of the packed tensors (varlen), else batch * seqlen
 
-  float softmax_scale = 1.f;
-  float softcap = 0.f;  // 0: off
-  MaskParams mask;
+  AttentionOptions options;  // normalized (see softmax_scale() and mask_of() above)
 
   void* stream = nullptr;
   void* workspace = nullptr;

@@ -1,108 +1,23 @@
-// The sm80 backward as select() sees it: what it supports (sm80_backward_check), the workspace it
-// needs (sm80_backward_workspace), and the run (sm80_backward: preprocess → main → postprocess,
-// all on params.stream, no synchronization).
+// The sm80 backward's plan and run: what it supports, the workspace it needs and its layout (planned
+// once per call), and the run: preprocess → main → postprocess, all on params.stream, no
+// synchronization.
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
-#include <cstdlib>
 #include <string>
-#include <type_traits>
 
 #include "api/status_try.hpp"
+#include "cuda/common/device_info.hpp"
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/common/mask.cuh"
-#include "cuda/common/softmax.cuh"
-#include "cuda/cuda_backend.hpp"
-#include "cuda/ptx/mma.cuh"
+#include "cuda/common/scores.cuh"
 #include "cuda/sm80/bwd_launch.hpp"
 #include "cuda/sm80/bwd_tile.cuh"
+#include "cuda/sm80/instances.hpp"
 
-namespace flashattn::cuda {
+namespace flashattn::cuda::sm80 {
 namespace {
-
-using sm80::BwdKernelParams;
-using sm80::bwd_tile;
-
-// The head-dim instances this build compiled (backward.cmake writes the list), then a 0.
-constexpr int kCompiledHeadDims[] = {
-#define FLASHATTN_SM80_BWD_HEADDIM(d) d,
-#include "sm80_bwd/bwd_headdims.inc"
-#undef FLASHATTN_SM80_BWD_HEADDIM
-    0};
-
-constexpr bool compiled(int head_dim) {
-  for (int d : kCompiledHeadDims) {
-    if (d == head_dim && d != 0) return true;
-  }
-  return false;
-}
-
-// The smallest compiled instance that holds both head dims, or 0.
-int instance_for(const BwdParams& p) {
-  const int64_t need = std::max(p.hdim_qk, p.hdim_v);
-  int best = 0;
-  for (int d : kCompiledHeadDims) {
-    if (d != 0 && d >= need && (best == 0 || d < best)) best = d;
-  }
-  return best;
-}
-
-std::string compiled_list() {
-  std::string s;
-  for (int d : kCompiledHeadDims) {
-    if (d != 0) s += (s.empty() ? "" : ", ") + std::to_string(d);
-  }
-  return s.empty() ? "none" : s;
-}
-
-struct DeviceLimits {
-  Status status;
-  int smem_optin = 0;  // bytes of shared memory a block may opt in to
-  int num_sms = 0;     // multiprocessors (the split tail's wave size); 0 when unknown
-};
-
-// The current device's compute capability check and shared-memory limit, queried once per device.
-DeviceLimits device_limits() {
-  static std::atomic<int> cached_optin[kMaxCachedDevices] = {};  // 0: not queried yet
-  static std::atomic<int> cached_sms[kMaxCachedDevices] = {};
-  DeviceLimits d;
-  const int dev = current_device();
-  const bool cacheable = dev >= 0 && dev < kMaxCachedDevices;
-  if (cacheable && (d.smem_optin = cached_optin[dev].load(std::memory_order_acquire)) > 0) {
-    d.num_sms = cached_sms[dev].load(std::memory_order_relaxed);
-    return d;
-  }
-  int major = 0, minor = 0, probe = 0;
-  cudaError_t err = dev < 0 ? cudaGetDevice(&probe) : cudaSuccess;  // dev < 0: why?
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&d.num_sms, cudaDevAttrMultiProcessorCount, dev);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    d.status = sm80::bwd_cuda_status(err, "querying the current device");
-    return d;
-  }
-  if (major < 8) {
-    d.status = Status::unsupported("cuda sm80 backward: needs compute capability >= 8.0, the current device has " +
-                                   std::to_string(major) + "." + std::to_string(minor));
-    return d;
-  }
-  // Test hook: FLASHATTN_SM80_BWD_SMS=N plans the grid for N multiprocessors, so that small test
-  // problems have whole waves and a split tail (or, with N = 1, no split at all).
-  static const int sms_override = [] {
-    const char* v = std::getenv("FLASHATTN_SM80_BWD_SMS");
-    return v != nullptr ? std::atoi(v) : 0;
-  }();
-  if (sms_override > 0) d.num_sms = sms_override;
-  if (cacheable) {
-    cached_sms[dev].store(d.num_sms, std::memory_order_relaxed);
-    cached_optin[dev].store(d.smem_optin, std::memory_order_release);
-  }
-  return d;
-}
 
 // The split tail (bwd_params.cuh): a grid of B whole blocks on P multiprocessors ends with a wave of
 // B mod P blocks that leaves the other SMs idle for a whole block's time (measured on the H200,
@@ -117,13 +32,13 @@ struct BwdSplit {
   int first = 0, parts = 1, tail = 0;
 };
 
-BwdSplit split_for(const BwdParams& p, const sm80::BwdTile& tile, int num_sms) {
+BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms) {
   const int64_t blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n * p.heads_kv * p.batch;
   BwdSplit s;
   s.first = static_cast<int>(blocks);
   const int64_t steps = (p.seqlen_q + tile.block_m - 1) / tile.block_m * p.group_size();
-  const bool softcap = make_score_transform(p.softmax_scale, p.softcap).mode == ScoreMode::softcap;
-  if (!tile.split_tail || softcap || num_sms <= 1 || p.deterministic || p.is_varlen() || p.mask.has_mask() ||
+  const bool softcap = make_score_transform(p.options).mode == ScoreMode::softcap;
+  if (!tile.split_tail || softcap || num_sms <= 1 || p.deterministic || p.is_varlen() || mask_of(p.options).has_mask() ||
       steps < 2 || blocks > INT_MAX / 2) {
     return s;
   }
@@ -142,16 +57,8 @@ BwdSplit split_for(const BwdParams& p, const sm80::BwdTile& tile, int num_sms) {
   return s;
 }
 
-// Whether the device takes the big-shared-memory tile (bwd_tile(.., true)). Test hook: a set,
-// non-empty FLASHATTN_SM80_BWD_SMALL_TILES forces the small tiles everywhere, so that the A100 path
-// (stages = 1 at head dim 256) can be checked on a Hopper GPU.
-bool use_big_tile(const DeviceLimits& dev, int head_dim) {
-  static const bool force_small = [] {
-    const char* v = std::getenv("FLASHATTN_SM80_BWD_SMALL_TILES");
-    return v != nullptr && v[0] != '\0';
-  }();
-  return !force_small && dev.smem_optin >= bwd_tile(head_dim, true).smem_bytes();
-}
+// Whether the device takes the big-shared-memory tile (bwd_tile(.., true)).
+bool use_big_tile(const DeviceInfo& dev, int head_dim) { return dev.smem_optin >= bwd_tile(head_dim, true).smem_bytes(); }
 
 Status check_all_aligned(const BwdParams& p) {
   const bool vl = p.is_varlen();
@@ -185,14 +92,14 @@ struct WorkspaceLayout {
   BwdSplit split;
 };
 
-WorkspaceLayout workspace_layout(const BwdParams& p, int head_dim) {
+WorkspaceLayout workspace_layout(const BwdParams& p, int head_dim, int num_sms) {
   constexpr std::size_t kAlign = 256;
   const auto up = [](std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
-  const sm80::BwdTile tile = bwd_tile(head_dim, false);
+  const BwdTile tile = bwd_tile(head_dim, false);
   const int bm = tile.block_m;
   WorkspaceLayout w;
-  w.split = split_for(p, tile, device_limits().num_sms);
-  w.rows = sm80::ws_rows(static_cast<int>(p.batch), p.total_q, p.is_varlen(), static_cast<int>(p.seqlen_q), bm);
+  w.split = split_for(p, tile, num_sms);
+  w.rows = ws_rows(static_cast<int>(p.batch), p.total_q, p.is_varlen(), static_cast<int>(p.seqlen_q), bm);
   const std::size_t rows = static_cast<std::size_t>(w.rows) * static_cast<std::size_t>(p.heads_q);
   std::size_t off = 0;
   w.dq_accum = off;
@@ -212,7 +119,7 @@ WorkspaceLayout workspace_layout(const BwdParams& p, int head_dim) {
 }
 
 BwdKernelParams kernel_params(const BwdParams& p, int head_dim, const WorkspaceLayout& w) {
-  const sm80::BwdTile tile = bwd_tile(head_dim, false);
+  const BwdTile tile = bwd_tile(head_dim, false);
   BwdKernelParams k;
   k.q = p.q;
   k.k = p.k;
@@ -242,10 +149,10 @@ BwdKernelParams kernel_params(const BwdParams& p, int head_dim, const WorkspaceL
   k.group = static_cast<int>(p.group_size());
   k.hdim_qk = static_cast<int>(p.hdim_qk);
   k.hdim_v = static_cast<int>(p.hdim_v);
-  k.window_left = clamp_window(p.mask.window_left);
-  k.window_right = clamp_window(p.mask.window_right);
-  k.scale = p.softmax_scale;
-  k.scores = make_score_transform(p.softmax_scale, p.softcap);
+  k.window_left = clamp_window(p.options.window_left);
+  k.window_right = clamp_window(p.options.window_right);
+  k.scale = softmax_scale(p.options);
+  k.scores = make_score_transform(p.options);
   if (k.scores.mode == ScoreMode::softcap) k.inv_cap_log2 = 1.f / k.scores.out_mult;
   k.deterministic = p.deterministic;
   char* ws = static_cast<char*>(p.workspace);
@@ -266,48 +173,28 @@ BwdKernelParams kernel_params(const BwdParams& p, int head_dim, const WorkspaceL
   return k;
 }
 
-// Calls fn(Elem{}, std::integral_constant<int, D>{}) for the compiled instance (dtype, head_dim);
-// instances this build lacks are never named, so they are never linked.
-template <class Elem, int kHeadDim, class Fn>
-Status call_if_compiled(Fn& fn) {
-  if constexpr (compiled(kHeadDim)) {
-    return fn(Elem{}, std::integral_constant<int, kHeadDim>{});
-  } else {
-    return {StatusCode::internal, "cuda sm80 backward: head dim " + std::to_string(kHeadDim) + " is not compiled"};
-  }
-}
-
-template <class Elem, class Fn>
-Status with_head_dim(int head_dim, Fn& fn) {
-  switch (head_dim) {
-    case 64: return call_if_compiled<Elem, 64>(fn);
-    case 96: return call_if_compiled<Elem, 96>(fn);
-    case 128: return call_if_compiled<Elem, 128>(fn);
-    case 192: return call_if_compiled<Elem, 192>(fn);
-    case 256: return call_if_compiled<Elem, 256>(fn);
-    default: return {StatusCode::internal, "cuda sm80 backward: no instance " + std::to_string(head_dim)};
-  }
-}
-
-template <class Fn>
-Status with_instance(DType dtype, int head_dim, Fn&& fn) {
-  return dtype == DType::bf16 ? with_head_dim<ptx::BF16>(head_dim, fn) : with_head_dim<ptx::F16>(head_dim, fn);
-}
+struct BwdPlanDetail {
+  BwdRunFn launch_main;
+  int head_dim;
+  bool big_smem;
+  WorkspaceLayout workspace;
+};
 
 }  // namespace
 
-Status sm80_backward_check(const BwdParams& p) {
+Status plan_backward(const BwdParams& p, Plan* plan) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
     return Status::unsupported(std::string("cuda sm80 backward: dtype ") + to_string(p.dtype) +
                                " is not supported (f16 and bf16 only)");
   }
-  const int head_dim = instance_for(p);
-  if (head_dim == 0) {
+  const Instance* inst = find_instance(std::max(p.hdim_qk, p.hdim_v));
+  if (inst == nullptr) {
     return Status::unsupported("cuda sm80 backward: head dims (hdim_qk = " + std::to_string(p.hdim_qk) +
                                ", hdim_v = " + std::to_string(p.hdim_v) +
                                ") need a compiled head-dim instance at least as large; this build has " +
-                               compiled_list() + " (CMake option FLASHATTN_HEADDIMS)");
+                               compiled_head_dims() + " (CMake option FLASHATTN_HEADDIMS)");
   }
+  const int head_dim = inst->head_dim;
   if (p.seqlen_q > kMaxSeqlen || p.seqlen_k > kMaxSeqlen) {
     return Status::unsupported("cuda sm80 backward: sequence lengths above " + std::to_string(kMaxSeqlen) +
                                " are not supported (seqlen_q = " + std::to_string(p.seqlen_q) +
@@ -317,57 +204,49 @@ Status sm80_backward_check(const BwdParams& p) {
     return Status::unsupported("cuda sm80 backward: batch = " + std::to_string(p.batch) + " or heads_q = " +
                                std::to_string(p.heads_q) + " exceeds 2^31 - 1");
   }
-  const sm80::BwdTile tile = bwd_tile(head_dim, false);
+  const BwdTile tile = bwd_tile(head_dim, false);
   const int64_t n_blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n * p.heads_kv * p.batch;
   const int64_t m_blocks = (p.seqlen_q + tile.block_m - 1) / tile.block_m * p.heads_q * p.batch;
   if (n_blocks > INT_MAX || m_blocks > INT_MAX) {
     return Status::unsupported("cuda sm80 backward: the problem needs more than 2^31 - 1 thread blocks");
   }
-  Status s = check_all_aligned(p);
-  if (!s.ok()) return s;
-  const DeviceLimits dev = device_limits();
-  if (!dev.status.ok()) return dev.status;
+  FLASHATTN_TRY(check_all_aligned(p));
+  DeviceInfo dev;
+  FLASHATTN_TRY(device_info(&dev));
+  if (dev.cc_major < 8) {
+    return Status::unsupported("cuda sm80 backward: needs compute capability >= 8.0, the current device has " +
+                               std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor));
+  }
   if (dev.smem_optin < tile.smem_bytes()) {
     return Status::unsupported("cuda sm80 backward: head dim " + std::to_string(head_dim) + " needs " +
                                std::to_string(tile.smem_bytes()) + " bytes of shared memory per block, the device " +
                                "allows " + std::to_string(dev.smem_optin));
   }
   const bool big_smem = use_big_tile(dev, head_dim);
-  return with_instance(p.dtype, head_dim, [&](auto elem, auto d) {
-    return sm80::check_bwd_main_image<decltype(elem), decltype(d)::value>(big_smem);
-  });
+  const int i = dtype_index(p.dtype);
+  FLASHATTN_TRY(inst->bwd_check[i](big_smem));
+  const BwdPlanDetail d{inst->bwd_run[i], head_dim, big_smem, workspace_layout(p, head_dim, dev.num_sms)};
+  plan->workspace_bytes = d.workspace.bytes;
+  plan->set(d);
+  return Status::success();
 }
 
-std::size_t sm80_backward_workspace(const BwdParams& p) {
-  const int head_dim = instance_for(p);
-  return head_dim == 0 ? 0 : workspace_layout(p, head_dim).bytes;
-}
-
-Status sm80_backward(const BwdParams& p) {
-  Status s = sm80_backward_check(p);
-  if (!s.ok()) return s;
+Status run_backward(const Plan& plan, const BwdParams& p) {
   if (reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0) {
     return Status::invalid("workspace: must be 16-byte aligned for the cuda sm80 backward");
   }
-  const int head_dim = instance_for(p);
-  const WorkspaceLayout w = workspace_layout(p, head_dim);
-  const BwdKernelParams k = kernel_params(p, head_dim, w);
-  const DeviceLimits dev = device_limits();
-  const bool big_smem = use_big_tile(dev, head_dim);
+  const BwdPlanDetail d = plan.get<BwdPlanDetail>();
+  const WorkspaceLayout& w = d.workspace;
+  const BwdKernelParams k = kernel_params(p, d.head_dim, w);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
-
-  s = sm80::launch_bwd_preprocess(k, p.dtype, stream);
-  if (!s.ok()) return s;
+  FLASHATTN_TRY(launch_bwd_preprocess(k, p.dtype, stream));
   if (w.split.tail > 0) {  // the split tail's sums and counters start at zero
-    s = sm80::bwd_cuda_status(cudaMemsetAsync(static_cast<char*>(p.workspace) + w.tail_dkv, 0, w.bytes - w.tail_dkv, stream),
-                              "zeroing the split tail's workspace");
-    if (!s.ok()) return s;
+    FLASHATTN_TRY(bwd_cuda_status(
+        cudaMemsetAsync(static_cast<char*>(p.workspace) + w.tail_dkv, 0, w.bytes - w.tail_dkv, stream),
+        "zeroing the split tail's workspace"));
   }
-  s = with_instance(p.dtype, head_dim, [&](auto elem, auto d) {
-    return sm80::launch_bwd_main<decltype(elem), decltype(d)::value>(k, stream, big_smem);
-  });
-  if (!s.ok()) return s;
-  return sm80::launch_bwd_postprocess(k, p.dtype, stream);
+  FLASHATTN_TRY(d.launch_main(k, stream, d.big_smem));
+  return launch_bwd_postprocess(k, p.dtype, stream);
 }
 
-}  // namespace flashattn::cuda
+}  // namespace flashattn::cuda::sm80

@@ -1,0 +1,64 @@
+// The backend contract, part 2: a kernel family as data. A family (cpu, sm80; later sm90, decode)
+// offers plan(params) → Plan or the reason it cannot run them, and run(plan, params). select()
+// (src/api/select.cpp) walks one ordered table of families; supports(), the workspace query and the
+// run all use the Plan it returns, computed once per call.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
+
+#include "backend/params.hpp"
+
+namespace flashattn {
+
+struct Family;
+
+// What a family decided for one call: itself, the scratch the run needs, and its own details
+// (instance, tiles, grid, workspace layout) in `detail`, which only the family reads.
+struct Plan {
+  static constexpr std::size_t kDetailBytes = 256;
+
+  const Family* family = nullptr;
+  std::size_t workspace_bytes = 0;
+  alignas(16) unsigned char detail[kDetailBytes] = {};
+
+  template <class Detail>
+  void set(const Detail& d) {
+    static_assert(std::is_trivially_copyable_v<Detail> && sizeof(Detail) <= kDetailBytes && alignof(Detail) <= 16,
+                  "a family's plan detail is a small trivially copyable struct");
+    std::memcpy(detail, &d, sizeof(Detail));
+  }
+  template <class Detail>
+  Detail get() const {
+    Detail d;
+    std::memcpy(&d, detail, sizeof(Detail));
+    return d;
+  }
+};
+
+template <class Params>
+struct Direction {
+  // ok with *plan filled (workspace_bytes, detail), or the reason this family cannot run params.
+  Status (*plan)(const Params& params, Plan* plan) = nullptr;
+  // Runs params as planned; the workspace (params.workspace, ≥ plan.workspace_bytes) is checked.
+  Status (*run)(const Plan& plan, const Params& params) = nullptr;
+};
+
+struct Family {
+  const char* name;  // what `path` names and reports show: "cpu", "sm80", ...
+  Device device;     // whose tensors it runs
+  Direction<FwdParams> forward;
+  Direction<BwdParams> backward;
+};
+
+template <class Params>
+const Direction<Params>& direction_of(const Family& f) {
+  if constexpr (std::is_same_v<Params, BwdParams>) {
+    return f.backward;
+  } else {
+    return f.forward;
+  }
+}
+
+}  // namespace flashattn

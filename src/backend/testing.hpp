@@ -1,0 +1,28 @@
+// Test-only knobs, set explicitly by a test binary (tests/support/main.cpp takes them as flags),
+// never read from the environment by the library: plan as if the GPU were another one, so that
+// paths a given GPU would not take (the A100's tiles on a Hopper GPU, a split tail on 3 SMs) are
+// tested too. Zero keeps the device's own value.
+#pragma once
+
+#include <atomic>
+
+namespace flashattn::testing {
+
+struct DeviceOverrides {
+  int num_sms = 0;     // plan grids for this many multiprocessors
+  int smem_optin = 0;  // plan tiles for this much opt-in shared memory per block (bytes)
+};
+
+inline std::atomic<int>& override_slot(int which) {
+  static std::atomic<int> slots[2] = {};
+  return slots[which];
+}
+inline void set_device_overrides(const DeviceOverrides& o) {
+  override_slot(0).store(o.num_sms, std::memory_order_relaxed);
+  override_slot(1).store(o.smem_optin, std::memory_order_relaxed);
+}
+inline DeviceOverrides device_overrides() {
+  return {override_slot(0).load(std::memory_order_relaxed), override_slot(1).load(std::memory_order_relaxed)};
+}
+
+}  // namespace flashattn::testing

@@ -1,0 +1,22 @@
+// What the CUDA kernel families ask of the current GPU, queried once per device for all of them:
+// compute capability, multiprocessor count, the shared memory a block may opt in to.
+#pragma once
+
+#include "flashattn/flashattn.hpp"
+
+namespace flashattn::cuda {
+
+struct DeviceInfo {
+  int device = -1;
+  int cc_major = 0, cc_minor = 0;
+  int num_sms = 0;
+  int smem_optin = 0;  // bytes of shared memory one block may opt in to
+
+  int compute_capability() const { return cc_major * 10 + cc_minor; }
+};
+
+// ok with *info of the current device, or cuda_error naming the failed query. Test overrides
+// (backend/testing.hpp) are applied to the answer.
+Status device_info(DeviceInfo* info);
+
+}  // namespace flashattn::cuda

@@ -13,7 +13,7 @@
 #include "api/status_try.hpp"
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/common/mask.cuh"
-#include "cuda/common/softmax.cuh"
+#include "cuda/common/scores.cuh"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/ptx/mma.cuh"
 #include "cuda/sm80/bwd_launch.hpp"

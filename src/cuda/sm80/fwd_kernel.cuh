@@ -25,17 +25,17 @@
 #include "cuda/common/mask.cuh"
 #include "cuda/common/scores.cuh"
 #include "cuda/common/seqlen.cuh"
-#include "cuda/common/softmax.cuh"
-#include "cuda/common/tile_io.cuh"
-#include "cuda/common/warp_gemm.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/sm80/fwd_params.cuh"
 #include "cuda/sm80/fwd_traits.cuh"
+#include "cuda/sm80/hooks.cuh"
+#include "cuda/sm80/softmax.cuh"
+#include "cuda/sm80/tile_io.cuh"
+#include "cuda/sm80/warp_gemm.cuh"
 
 namespace flashattn::cuda::sm80 {
 
-inline constexpr int kElemBytes = 2;  // f16 / bf16
 
 // Which (query block, head, batch) a thread block computes. The grid is 1-D, query blocks fastest
 // (neighbouring blocks share K and V in L2) and in reverse order, so that under a causal mask the

@@ -9,10 +9,11 @@
 
 #include "cuda/common/mask.cuh"
 #include "cuda/common/scores.cuh"
-#include "cuda/common/smem_tile.cuh"
-#include "cuda/common/softmax.cuh"
-#include "cuda/common/tile_io.cuh"
-#include "cuda/common/warp_gemm.cuh"
+#include "cuda/sm80/hooks.cuh"
+#include "cuda/sm80/smem_tile.cuh"
+#include "cuda/sm80/softmax.cuh"
+#include "cuda/sm80/tile_io.cuh"
+#include "cuda/sm80/warp_gemm.cuh"
 #include "test_util.cuh"
 
 namespace {

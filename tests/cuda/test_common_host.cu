@@ -12,9 +12,9 @@
 
 #include "cuda/common/mask.cuh"
 #include "cuda/common/scores.cuh"
-#include "cuda/common/smem_tile.cuh"
 #include "cuda/sm80/bwd_tile.cuh"
 #include "cuda/sm80/fwd_traits.cuh"
+#include "cuda/sm80/smem_tile.cuh"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // The attention mask as the kernels use it: which keys a query row sees, which key blocks a query
 // tile must visit (and the converse, for the backward), and which (query tile, key tile) pairs need
-// per-element masking. Shared by the sm80 forward and backward kernels.
+// per-element masking (applied to mma fragments by sm80/hooks.cuh).
 //
 // Rule (flash-attn's, aligned bottom-right; see include/flashattn/flashattn.hpp): within one
 // sequence, query row i (0 ≤ i < seqlen_q) may see key j iff
@@ -97,31 +97,5 @@ struct Mask {
 
 // -inf for masked scores; the softmax maps it to probability 0 and never computes −inf − (−inf).
 inline constexpr float kMaskedScore = -__builtin_huge_valf();
-
-// Sets the invisible entries of an mma m16n8k16 accumulator tile to kMaskedScore.
-//   s[mi][ni][c] is the C fragment (ptx/mma.cuh) of rows row0 + 16·mi + 8·(c / 2) + g and keys
-//   col0 + 8·ni + 2t + (c % 2), with g = lane / 4, t = lane % 4; row0/col0 are positions within
-//   the sequence. Rows ≥ seqlen_q are masked like any other (their result is never stored).
-template <int kMTiles, int kNTiles>
-FLASHATTN_HD void mask_accumulator(float (&s)[kMTiles][kNTiles][4], const Mask& mask, int row0, int col0,
-                                   int lane) {
-  const int g = lane / 4, t = lane % 4;
-FLASHATTN_UNROLL
-  for (int mi = 0; mi < kMTiles; ++mi) {
-FLASHATTN_UNROLL
-    for (int half = 0; half < 2; ++half) {
-      const int row = row0 + 16 * mi + 8 * half + g;
-      const int begin = mask.key_begin(row), end = mask.key_end(row);
-FLASHATTN_UNROLL
-      for (int ni = 0; ni < kNTiles; ++ni) {
-FLASHATTN_UNROLL
-        for (int e = 0; e < 2; ++e) {
-          const int col = col0 + 8 * ni + 2 * t + e;
-          if (col < begin || col >= end) s[mi][ni][2 * half + e] = kMaskedScore;
-        }
-      }
-    }
-  }
-}
 
 }  // namespace flashattn::cuda

@@ -6,16 +6,21 @@
 //            scaled before the mask instead.
 //   softcap  (cap > 0): s ← cap·log2(e)·tanh(s·scale / cap), exp_mult = 1 — flash-attn's
 //            cap·tanh(S/cap) on the scaled scores, before masking.
-// The mode is a run-time argument: one uniform branch per tile.
+// The mode is a run-time argument: one uniform branch per tile. This file holds the rule (host and
+// scalar parts); its application to mma fragments is sm80/hooks.cuh.
 #pragma once
 
 #include <cstdint>
 
 #include "flashattn/flashattn.hpp"
-#include "cuda/common/softmax.cuh"
 #include "cuda/ptx/math.cuh"
 
 namespace flashattn::cuda {
+
+// Scores and softmax work in base 2 (exp2, log2-domain logits); the LSE the kernels store is natural.
+inline constexpr float kLog2e = 1.4426950408889634f;  // log2(e)
+inline constexpr float kLn2 = 0.6931471805599453f;    // ln(2)
+inline constexpr float kInfinity = __builtin_huge_valf();
 
 enum class ScoreMode : int { plain = 0, prescale = 1, softcap = 2 };
 
@@ -59,25 +64,6 @@ __device__ __forceinline__ float tanh_accurate(float x) {
   float z = 2.f * kLog2e * x;
   z = z > kTanhMaxExp2 ? kTanhMaxExp2 : z;
   return 1.f - __fdividef(2.f, ptx::exp2_approx(z) + 1.f);
-}
-
-template <int kMTiles, int kNTiles>
-__device__ __forceinline__ void transform_scores(float (&s)[kMTiles][kNTiles][4], const ScoreTransform& t) {
-  if (t.mode == ScoreMode::softcap) {
-#pragma unroll
-    for (int mi = 0; mi < kMTiles; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < kNTiles; ++ni)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) s[mi][ni][c] = t.out_mult * tanh_accurate(s[mi][ni][c] * t.in_mult);
-  } else if (t.mode == ScoreMode::prescale) {
-#pragma unroll
-    for (int mi = 0; mi < kMTiles; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < kNTiles; ++ni)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) s[mi][ni][c] *= t.in_mult;
-  }
 }
 
 }  // namespace flashattn::cuda

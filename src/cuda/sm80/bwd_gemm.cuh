@@ -1,6 +1,6 @@
-// The backward's warp-level products beyond common/warp_gemm.cuh's gemm_ss (C += A·Bᵀ, used for
+// The backward's warp-level products beyond warp_gemm.cuh's gemm_ss (C += A·Bᵀ, used for
 // S = Q·Kᵀ and dP = dO·Vᵀ), and its accumulator store. Operands come from swizzled shared tiles
-// (common/smem_tile.cuh) through ldmatrix; fragment layouts are those of ptx/mma.cuh
+// (smem_tile.cuh) through ldmatrix; fragment layouts are those of ptx/mma.cuh
 // (g = lane / 4, t = lane % 4):
 //
 //   gemm_atb  C += Aᵀ·B   A stored [k][m], B stored [k][n]: dV += Pᵀ·dO and dK += dSᵀ·Q, with P, dS
@@ -13,8 +13,8 @@
 //       matrices (k 0-7, m 0-7), (k 0-7, m 8-15), (k 8-15, m 0-7), (k 8-15, m 8-15); .trans hands
 //       lane l column g (= m) at rows 2t, 2t+1 (= k) of each: A[g][2t..], A[g+8][2t..], A[g][2t+8..],
 //       A[g+8][2t+8..] = a[0..3].
-//   A stored [m][k], non-trans: common/warp_gemm.cuh's ldsm_a_addr pattern.
-//   B stored [k][n], .trans, for n-tiles n0, n0 + 8, k-step kk: common/warp_gemm.cuh's ldsm_bt_addr
+//   A stored [m][k], non-trans: warp_gemm.cuh's ldsm_a_addr pattern.
+//   B stored [k][n], .trans, for n-tiles n0, n0 + 8, k-step kk: warp_gemm.cuh's ldsm_bt_addr
 //       pattern (row 16kk + l % 16, columns n0 + 8·(l / 16) ..): r[0], r[1] = B[2t.., 2t+8..][n0 + g],
 //       r[2], r[3] the same for n0 + 8.
 // The lane's column offset (a warp's m0 or n0, any multiple of 8) goes into LdsmAddr's chunk_lane:
@@ -24,8 +24,8 @@
 
 #include <cstdint>
 
-#include "cuda/common/smem_tile.cuh"
-#include "cuda/common/warp_gemm.cuh"
+#include "cuda/sm80/smem_tile.cuh"
+#include "cuda/sm80/warp_gemm.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/ptx/math.cuh"
 #include "cuda/ptx/mma.cuh"

@@ -37,9 +37,6 @@
 #include "cuda/common/mask.cuh"
 #include "cuda/common/scores.cuh"
 #include "cuda/common/seqlen.cuh"
-#include "cuda/common/smem_tile.cuh"
-#include "cuda/common/tile_io.cuh"
-#include "cuda/common/warp_gemm.cuh"
 #include "cuda/ptx/griddep.cuh"
 #include "cuda/ptx/ld_acquire.cuh"
 #include "cuda/ptx/math.cuh"
@@ -47,6 +44,10 @@
 #include "cuda/sm80/bwd_gemm.cuh"
 #include "cuda/sm80/bwd_params.cuh"
 #include "cuda/sm80/bwd_tile.cuh"
+#include "cuda/sm80/hooks.cuh"
+#include "cuda/sm80/smem_tile.cuh"
+#include "cuda/sm80/tile_io.cuh"
+#include "cuda/sm80/warp_gemm.cuh"
 
 #ifndef FLASHATTN_SM80_BWD_VARIANT
 #define FLASHATTN_SM80_BWD_VARIANT 0

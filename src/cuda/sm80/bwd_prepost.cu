@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/scores.cuh"
 #include "cuda/common/seqlen.cuh"
-#include "cuda/common/softmax.cuh"
 #include "cuda/ptx/math.cuh"
 #include "cuda/sm80/bwd_launch.hpp"
 #include "cuda/sm80/bwd_tile.cuh"

@@ -4,11 +4,12 @@
 // [w·kRowsPerWarp, (w + 1)·kRowsPerWarp) of them. Q is loaded once into shared memory. K and V tiles
 // of kBlockN keys stream through shared memory with cp.async, from the last key block to the first
 // (so the blocks that need element masks come first and the rest run unmasked). Per key block:
-//   S = Q·Kᵀ (gemm_ss, fp32 in registers) → scale / soft cap (scores.cuh) → mask (mask.cuh, only on
-//   blocks that straddle a mask edge or the sequence end) → online softmax update (softmax.cuh:
-//   running max, rescale of O and ℓ, P = exp2) → P to 16-bit A fragments → O += P·V (gemm_rs).
-// Epilogue: O / ℓ → 16-bit → shared memory (reusing Q's bytes) → coalesced 16-byte global stores;
-// LSE (natural log) per row when requested.
+//   S = Q·Kᵀ (gemm_ss, fp32 in registers) → score hook (hooks.cuh: scale / soft cap, then the mask
+//   only on blocks that straddle a mask edge or the sequence end) → online softmax update
+//   (softmax.cuh: running max, rescale of O and ℓ, P = exp2) → probability hook (identity) → P to
+//   16-bit A fragments → O += P·V (gemm_rs).
+// Epilogue (epilogue.cuh): O / ℓ → 16-bit → shared memory (reusing Q's bytes) → coalesced 16-byte
+// global stores; LSE (natural log) per row when requested. Block → work: scheduler.cuh.
 //
 // Pipeline (kStages = 2, double-buffered K and V; each wait also orders the buffer reuse):
 //   prologue: [Q, K_0] [V_0]
@@ -25,34 +26,20 @@
 #include "cuda/common/mask.cuh"
 #include "cuda/common/scores.cuh"
 #include "cuda/common/seqlen.cuh"
-#include "cuda/common/softmax.cuh"
-#include "cuda/common/tile_io.cuh"
-#include "cuda/common/warp_gemm.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/sm80/fwd_params.cuh"
+#include "cuda/sm80/epilogue.cuh"
 #include "cuda/sm80/fwd_traits.cuh"
+#include "cuda/sm80/kv_rows.cuh"
+#include "cuda/sm80/scheduler.cuh"
+#include "cuda/sm80/hooks.cuh"
+#include "cuda/sm80/softmax.cuh"
+#include "cuda/sm80/tile_io.cuh"
+#include "cuda/sm80/warp_gemm.cuh"
 
 namespace flashattn::cuda::sm80 {
 
-inline constexpr int kElemBytes = 2;  // f16 / bf16
-
-// Which (query block, head, batch) a thread block computes. The grid is 1-D, query blocks fastest
-// (neighbouring blocks share K and V in L2) and in reverse order, so that under a causal mask the
-// longest blocks start first.
-struct FwdBlockIndex {
-  int m_block, head, batch;
-};
-
-__device__ __forceinline__ FwdBlockIndex fwd_block_index(const FwdKernelParams& p) {
-  int id = static_cast<int>(blockIdx.x);
-  FwdBlockIndex ix;
-  ix.m_block = p.num_m_blocks - 1 - id % p.num_m_blocks;
-  id /= p.num_m_blocks;
-  ix.head = id % p.heads_q;
-  ix.batch = id / p.heads_q;
-  return ix;
-}
 
 // cp.async tile loads of a whole block. TileIO's cheap path (one pointer per thread, stepped, at a
 // fixed swizzle) needs each step to cover a multiple of 8 rows; a block too small for that at this
@@ -106,12 +93,11 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const __grid_cons
   const char* q_head = static_cast<const char*>(p.q) +
                        gmem_offset(ix.batch, seq.q_offset, ix.head, p.q_batch_stride, p.q_row_stride, p.q_head_stride) *
                            kElemBytes;
-  const char* k_head = static_cast<const char*>(p.k) +
-                       gmem_offset(ix.batch, seq.k_offset, head_kv, p.k_batch_stride, p.k_row_stride, p.k_head_stride) *
-                           kElemBytes;
-  const char* v_head = static_cast<const char*>(p.v) +
-                       gmem_offset(ix.batch, seq.k_offset, head_kv, p.v_batch_stride, p.v_row_stride, p.v_head_stride) *
-                           kElemBytes;
+  // K and V through the K/V addressing seam (kv_rows.cuh): key row 0 of this sequence and kv head.
+  const KVRows k_rows{p.k_batch_stride, p.k_row_stride, p.k_head_stride, seq.k_offset};
+  const KVRows v_rows{p.v_batch_stride, p.v_row_stride, p.v_head_stride, seq.k_offset};
+  const char* k_head = static_cast<const char*>(p.k) + k_rows.offset(ix.batch, head_kv, 0) * kElemBytes;
+  const char* v_head = static_cast<const char*>(p.v) + v_rows.offset(ix.batch, head_kv, 0) * kElemBytes;
 
   const uint32_t s_q = ptx::smem_addr(smem) + Traits::kQOffset;
   const uint32_t s_k = ptx::smem_addr(smem) + Traits::kKOffset;
@@ -182,11 +168,13 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const __grid_cons
           for (int c = 0; c < 4; ++c) s[mi][ni][c] = 0.f;
       gemm_ss<Tag, QTile, KVTile, kMTiles, kNTiles, Traits::kQKSteps>(s, q_frag, k_frag, stage * KVTile::kBytes);
 
+      // The score hook (hooks.cuh's score_hook), written out: as a call it changes the PTX at D = 64, 192.
       transform_scores(s, scores);
       if (mask.tile_needs_mask(m0, kBlockM, n * kBlockN, kBlockN)) {
         mask_accumulator(s, mask, m0 + warp_row0, n * kBlockN, lane);
       }
       softmax.update(s, acc, scores.exp_mult);
+      probability_hook(s, m0 + warp_row0, n * kBlockN, lane);
 
       // V_n has landed (and every warp is done reading K_n / V_{n+1}).
       if constexpr (kStages == 2) {
@@ -211,30 +199,9 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const __grid_cons
     }
   }
 
-  // ---- epilogue: O / ℓ through shared memory, LSE ---------------------------------------------
   float lse[kMTiles][2];
   softmax.finalize(acc, scores.exp_mult, lse);
-  // The O tile reuses Q's bytes: this warp writes only its own rows, which only it has read.
-  __syncwarp();
-  unsigned char* s_o = smem + Traits::kQOffset;
-  store_accumulator<Tag, QTile>(s_o, acc, warp_row0, 0, lane);
-  __syncthreads();
-  char* o_tile = static_cast<char*>(p.out) + (gmem_offset(ix.batch, seq.q_offset + m0, ix.head, p.o_batch_stride,
-                                                          p.o_row_stride, p.o_head_stride)) *
-                                                 kElemBytes;
-  IOQ::store(o_tile, p.o_row_stride, seq.seqlen_q - m0, p.hdim_v, s_o, tid);
-
-  if (p.lse != nullptr && lane % 4 == 0) {
-    float* lse_rows = p.lse + ix.batch * p.lse_batch_stride + ix.head * p.lse_head_stride + seq.q_offset + m0;
-#pragma unroll
-    for (int mi = 0; mi < kMTiles; ++mi) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = warp_row0 + 16 * mi + 8 * half + lane / 4;
-        if (m0 + row < seq.seqlen_q) lse_rows[row] = lse[mi][half];
-      }
-    }
-  }
+  fwd_epilogue<Traits>(p, smem, acc, lse, ix.batch, ix.head, seq, m0, warp_row0, lane, tid);
 #else
   FLASHATTN_PTX_UNSUPPORTED("the sm80 forward kernel needs sm_80");
 #endif

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda/common/smem_tile.cuh"
 #include "cuda/ptx/mma.cuh"
+#include "cuda/sm80/smem_tile.cuh"
 #include "flashattn/flashattn.hpp"
 
 namespace flashattn::cuda::sm80 {

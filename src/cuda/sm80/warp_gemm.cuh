@@ -20,7 +20,7 @@
 
 #include <cstdint>
 
-#include "cuda/common/smem_tile.cuh"
+#include "cuda/sm80/smem_tile.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/ptx/math.cuh"
 #include "cuda/ptx/mma.cuh"

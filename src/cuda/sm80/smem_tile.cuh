@@ -20,6 +20,7 @@ namespace flashattn::cuda {
 
 inline constexpr int kChunkBytes = 16;  // one cp.async / ldmatrix row / 128-bit vector
 inline constexpr int kChunkElems = 8;   // 16-bit elements per chunk
+inline constexpr int kElemBytes = 2;    // f16 / bf16
 
 template <int kRows_, int kCols_>
 struct SmemTile {

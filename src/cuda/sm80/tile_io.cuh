@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "cuda/common/smem_tile.cuh"
+#include "cuda/sm80/smem_tile.cuh"
 #include "cuda/ptx/cp_async.cuh"
 
 namespace flashattn::cuda {

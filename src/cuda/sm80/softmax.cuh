@@ -14,13 +14,11 @@
 
 #include <cstdint>
 
+#include "cuda/common/scores.cuh"
 #include "cuda/ptx/math.cuh"
 
 namespace flashattn::cuda {
 
-inline constexpr float kLog2e = 1.4426950408889634f;  // log2(e)
-inline constexpr float kLn2 = 0.6931471805599453f;    // ln(2)
-inline constexpr float kInfinity = __builtin_huge_valf();
 inline constexpr unsigned kFullWarp = 0xffffffffu;
 
 // Max / sum over the 4 threads of a quad (lanes 4g .. 4g + 3), result in all four.

@@ -133,6 +133,18 @@ TEST_F(BadInput, ValueHeadDimUnsupported) {
   for (TensorView* t : {&fwd.v, &fwd.out}) t->shape[3] = 4;
   expect_rejected(fwd, kUnsupported, {"hdim_v", "4"});
 }
+// Head dim 0 is refused by name (it used to fall through to a division by zero in the default
+// scale), for q/k and for v, forward and backward.
+TEST_F(BadInput, HeadDimZero) {
+  for (TensorView* t : {&fwd.q, &fwd.k}) t->shape[3] = 0;
+  expect_rejected(fwd, kUnsupported, {"hdim_qk", "= 0"});
+  for (TensorView* t : {&bwd.q, &bwd.k, &bwd.dq, &bwd.dk}) t->shape[3] = 0;
+  expect_rejected(bwd, kUnsupported, {"hdim_qk", "= 0"});
+}
+TEST_F(BadInput, ValueHeadDimZero) {
+  for (TensorView* t : {&fwd.v, &fwd.out}) t->shape[3] = 0;
+  expect_rejected(fwd, kUnsupported, {"hdim_v", "= 0"});
+}
 TEST_F(BadInput, HeadsNotDivisible) {
   for (TensorView* t : {&fwd.k, &fwd.v}) t->shape[2] = 3;
   expect_rejected(fwd, kInvalid, {"heads_q = 4", "heads_kv = 3"});

@@ -236,6 +236,20 @@ TEST_P(Edge, NaNOutsideTheSequenceDoesNotLeak) {
   EXPECT_TRUE(all_finite("dv (sequence 0)", dv, k_rows, 64));
 }
 
+// Window sizes near 2^63 mean "unbounded" (validation clamps every window to the lengths): the
+// results equal the unbounded ones, forward and backward. Before, such a window overflowed the CPU
+// mask arithmetic: out = 0 and lse = +inf for (-1, max), dk = dv = 0 for (max, 0).
+TEST_P(Edge, HugeWindowsAreUnbounded) {
+  FA_REQUIRE_BACKEND(GetParam());
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (const Case& c : {Case::padded(1, 128, 128, 2, 1, 64).window(-1, kMax), Case::padded(1, 128, 128, 2, 1, 64).window(kMax, 0),
+                        Case::padded(2, 70, 90, 2, 2, 64).window(kMax - 1, kMax - 1).with(DType::f16),
+                        Case::varlen({40, 0, 77}, {50, 9, 0}, 2, 1, 64).window(kMax, kMax)}) {
+    run_both(c);
+    if (!skipped_.empty()) GTEST_SKIP() << skipped_;
+  }
+}
+
 // deterministic = true: the backward is bitwise reproducible (dq accumulates across key blocks,
 // and dk, dv across the query heads of a GQA group: orderless atomics would differ run to run).
 TEST_P(Edge, DeterministicBackwardIsReproducible) {

@@ -220,8 +220,6 @@ Status common_params(const AttentionArgs& a, FwdParams* p) {
         << " (as cu_seqlens_q)";
       return Status::invalid(m.str());
     }
-    if (a.cu_seqlens_q.shape[0] > 1 && a.cu_seqlens_q.stride[0] != 1) return Status::invalid("cu_seqlens_q: must be contiguous");
-    if (a.cu_seqlens_k.shape[0] > 1 && a.cu_seqlens_k.stride[0] != 1) return Status::invalid("cu_seqlens_k: must be contiguous");
     if (a.max_seqlen_q < 0) return Status::invalid("max_seqlen_q = " + std::to_string(a.max_seqlen_q) + " is negative");
     if (a.max_seqlen_k < 0) return Status::invalid("max_seqlen_k = " + std::to_string(a.max_seqlen_k) + " is negative");
     p->batch = a.cu_seqlens_q.shape[0] - 1;

@@ -1,0 +1,194 @@
+// Unit tests of the CPU backend's building blocks against plain double-precision computations:
+// exp_poly and tanh_poly at the ulp limits their header states (with special values), the row
+// reductions at every tail length, and the visible-keys rule (VisibleKeys) by brute force.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "cpu/mask.hpp"
+#include "cpu/row_ops.hpp"
+
+namespace fa_test {
+namespace {
+
+using namespace flashattn;
+using cpu::exp_poly;
+using cpu::tanh_poly;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// |got − ref| in units of the float spacing at ref (ref rounded to float first).
+double ulp_error(float got, double ref) {
+  const float r = static_cast<float>(ref);
+  const double spacing = std::nextafter(std::fabs(r), kInf) - std::fabs(r);
+  return std::fabs(static_cast<double>(got) - ref) / spacing;
+}
+
+// The worst error of `check` over 2·10^5 uniform draws in [lo, hi] and 10^5 log-uniform draws of
+// magnitude in [1e-6, max(|lo|, |hi|)] (both signs where the range has them): small arguments
+// are where cancellation would show.
+template <class Fn>
+double max_ulp_error(float lo, float hi, Fn&& check) {
+  double worst = 0;
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<float> uniform(lo, hi);
+  for (int i = 0; i < 200'000; ++i) worst = std::max(worst, check(uniform(rng)));
+  const float top = std::max(std::fabs(lo), std::fabs(hi));
+  std::uniform_real_distribution<double> log_mag(std::log(1e-6), std::log(double(top)));
+  for (int i = 0; i < 100'000; ++i) {
+    const float m = static_cast<float>(std::exp(log_mag(rng)));
+    if (m >= lo && m <= hi) worst = std::max(worst, check(m));
+    if (-m >= lo && -m <= hi) worst = std::max(worst, check(-m));
+  }
+  worst = std::max(worst, check(lo));
+  return std::max(worst, check(hi));
+}
+
+TEST(ExpPoly, WithinTwoUlpOverItsRange) {
+  const double worst = max_ulp_error(-86.5f, 88.72f, [](float x) { return ulp_error(exp_poly(x), std::exp(double(x))); });
+  EXPECT_LE(worst, 2.0) << "exp_poly's header promises 2 ulp";
+  RecordProperty("max_ulp", std::to_string(worst));
+}
+
+TEST(ExpPoly, SpecialValues) {
+  EXPECT_EQ(exp_poly(0.f), 1.f);
+  EXPECT_EQ(exp_poly(-kInf), 0.f);
+  EXPECT_EQ(exp_poly(kInf), kInf);
+  EXPECT_TRUE(std::isnan(exp_poly(std::nanf(""))));
+  EXPECT_EQ(exp_poly(-87.f), 0.f);    // below the range: 0, as documented
+  EXPECT_EQ(exp_poly(-1000.f), 0.f);
+  EXPECT_EQ(exp_poly(89.f), kInf);    // above log(FLT_MAX)
+  EXPECT_TRUE(std::isfinite(exp_poly(88.72f)));
+  EXPECT_GT(exp_poly(-86.5f), 0.f);
+}
+
+TEST(TanhPoly, WithinThreeUlp) {
+  const auto check = [](float x) { return ulp_error(tanh_poly(x), std::tanh(double(x))); };
+  EXPECT_LE(max_ulp_error(-10.f, 10.f, check), 3.0) << "tanh_poly's header promises 3 ulp";
+  EXPECT_LE(max_ulp_error(-1e-3f, 1e-3f, check), 3.0) << "near 0, where 1 - 2/(e^2x + 1) would cancel";
+  EXPECT_LE(max_ulp_error(0.6f, 0.65f, check), 3.0) << "around the switch at 0.625";
+}
+
+TEST(TanhPoly, SpecialValues) {
+  EXPECT_EQ(tanh_poly(0.f), 0.f);
+  EXPECT_EQ(tanh_poly(kInf), 1.f);
+  EXPECT_EQ(tanh_poly(-kInf), -1.f);
+  EXPECT_EQ(tanh_poly(50.f), 1.f);
+  EXPECT_EQ(tanh_poly(-50.f), -1.f);
+  EXPECT_TRUE(std::isnan(tanh_poly(std::nanf(""))));
+}
+
+// Every length from 0 to a few lanes' worth past two vectors, so that every tail length of the
+// 16-lane loops is covered; values random, with ±inf and NaN where the contract names them.
+TEST(RowOps, EveryTailLength) {
+  std::mt19937 rng(99);
+  std::normal_distribution<float> normal;
+  for (int64_t n = 0; n <= 3 * cpu::kLanes + 5; ++n) {
+    std::vector<float> x(n), y(n);
+    for (int64_t j = 0; j < n; ++j) x[j] = normal(rng), y[j] = normal(rng);
+    double max = -INFINITY, sum = 0, dot = 0, abs_sum = 0, abs_dot = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      max = std::max(max, double(x[j]));
+      sum += x[j], abs_sum += std::fabs(x[j]);
+      dot += double(x[j]) * y[j], abs_dot += std::fabs(double(x[j]) * y[j]);
+    }
+    const double u = std::numeric_limits<float>::epsilon() / 2;
+    EXPECT_EQ(cpu::row_max(x.data(), n), static_cast<float>(max)) << "n = " << n;
+    EXPECT_LE(std::fabs(cpu::row_sum(x.data(), n) - sum), (n + 1) * u * abs_sum + 1e-30) << "n = " << n;
+    EXPECT_LE(std::fabs(cpu::row_dot(x.data(), y.data(), n) - dot), (n + 2) * u * abs_dot + 1e-30) << "n = " << n;
+    std::vector<float> e = x;
+    cpu::exp_shifted(e.data(), n, 0.5f);
+    for (int64_t j = 0; j < n; ++j) EXPECT_LE(ulp_error(e[j], std::exp(double(x[j] - 0.5f))), 2.0) << "n " << n << " j " << j;
+    std::vector<float> s = x;
+    cpu::scale_row(s.data(), n, 0.25f);
+    for (int64_t j = 0; j < n; ++j) EXPECT_EQ(s[j], x[j] * 0.25f);
+    if (n > 0) {  // the last element (in the tail) decides the max; masked −inf entries never do
+      x[n - 1] = 100.f;
+      EXPECT_EQ(cpu::row_max(x.data(), n), 100.f) << "n = " << n;
+      x.assign(n, -kInf);
+      EXPECT_EQ(cpu::row_max(x.data(), n), -kInf) << "n = " << n;
+      EXPECT_EQ(cpu::row_sum(x.data(), n), -kInf) << "n = " << n;
+    }
+  }
+  EXPECT_EQ(cpu::row_max(nullptr, 0), -kInf);
+  EXPECT_EQ(cpu::row_sum(nullptr, 0), 0.f);
+}
+
+// The mask rule by brute force: row i of len_q sees key j of len_k iff
+//   i + diag − left ≤ j ≤ i + diag + right, diag = len_k − len_q, a side < 0 unbounded.
+bool sees(int64_t i, int64_t j, int64_t len_q, int64_t len_k, int64_t left, int64_t right) {
+  const int64_t diag = len_k - len_q;
+  if (j < 0 || j >= len_k) return false;
+  if (right >= 0 && j > i + diag + right) return false;
+  if (left >= 0 && j < i + diag - left) return false;
+  return true;
+}
+
+TEST(VisibleKeys, MatchesTheRuleByBruteForce) {
+  int64_t checked = 0;
+  for (int64_t len_q = 0; len_q <= 9; ++len_q) {
+    for (int64_t len_k = 0; len_k <= 9; ++len_k) {
+      for (int64_t left = -1; left <= 10; ++left) {
+        for (int64_t right = -1; right <= 10; ++right) {
+          const cpu::VisibleKeys mask(MaskParams{false, left, right}, len_q, len_k);
+          const std::string where = "len_q " + std::to_string(len_q) + " len_k " + std::to_string(len_k) + " left " +
+                                    std::to_string(left) + " right " + std::to_string(right);
+          // keys_of_row: exactly the visible keys (they are one range).
+          for (int64_t i = 0; i < len_q; ++i) {
+            const cpu::Range keys = mask.keys_of_row(i);
+            for (int64_t j = -1; j <= len_k; ++j) {
+              const bool in = !keys.empty() && j >= keys.begin && j < keys.end;
+              ASSERT_EQ(in, sees(i, j, len_q, len_k, left, right)) << where << " row " << i << " key " << j;
+            }
+            std::vector<float> row(len_k, 1.f);
+            mask.mask_row(row.data(), i, 0, len_k);
+            for (int64_t j = 0; j < len_k; ++j) ASSERT_EQ(row[j] == 1.f, sees(i, j, len_q, len_k, left, right)) << where;
+          }
+          // keys_of_rows and rows_of_keys over every range: the hull of what the rows see, and
+          // every row that sees a key of the range (nothing the backward's dK/dV pass would miss),
+          // and no row beyond the hull of those.
+          for (int64_t a = 0; a <= len_q; ++a) {
+            for (int64_t b = a; b <= len_q; ++b) {
+              int64_t lo = len_k, hi = -1;
+              for (int64_t i = a; i < b; ++i)
+                for (int64_t j = 0; j < len_k; ++j)
+                  if (sees(i, j, len_q, len_k, left, right)) lo = std::min(lo, j), hi = std::max(hi, j);
+              const cpu::Range keys = mask.keys_of_rows({a, b});
+              if (hi < 0) {
+                ASSERT_TRUE(keys.empty() || keys.begin >= len_k || keys.end <= 0) << where << " rows " << a << ".." << b;
+              } else {
+                ASSERT_EQ(keys.begin, lo) << where << " rows " << a << ".." << b;
+                ASSERT_EQ(keys.end, hi + 1) << where << " rows " << a << ".." << b;
+              }
+            }
+          }
+          for (int64_t a = 0; a <= len_k; ++a) {
+            for (int64_t b = a; b <= len_k; ++b) {
+              int64_t lo = len_q, hi = -1;
+              for (int64_t i = 0; i < len_q; ++i)
+                for (int64_t j = a; j < b; ++j)
+                  if (sees(i, j, len_q, len_k, left, right)) lo = std::min(lo, i), hi = std::max(hi, i);
+              const cpu::Range rows = mask.rows_of_keys({a, b});
+              if (hi < 0) {
+                for (int64_t i = std::max<int64_t>(rows.begin, 0); i < std::min(rows.end, len_q); ++i)
+                  for (int64_t j = a; j < b; ++j) ASSERT_FALSE(sees(i, j, len_q, len_k, left, right)) << where;
+              } else {
+                ASSERT_EQ(rows.begin, lo) << where << " keys " << a << ".." << b;
+                ASSERT_EQ(rows.end, hi + 1) << where << " keys " << a << ".." << b;
+              }
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 100000);
+}
+
+}  // namespace
+}  // namespace fa_test

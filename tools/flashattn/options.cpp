@@ -161,7 +161,10 @@ const std::vector<OptionRow>& table() {
       {"--headdim-v", "D", "head dim of v and out (default: --headdim)", size_option(&RunOptions::headdim_v)},
       {"--dtype", "T", "f32 | f16 | bf16 (default: f32 on cpu, bf16 on cuda)", set_dtype},
       {"--causal", nullptr, "causal mask, aligned bottom-right when seqlen_q != seqlen_k",
-       [](const std::string&, RunOptions* o, std::string*) { return o->attention.causal = true; }},
+       [](const std::string&, RunOptions* o, std::string*) {
+         o->attention.causal = true;
+         return true;
+       }},
       {"--window", "L,R", "local attention: keys i+diag-L .. i+diag+R (-1: unbounded side)", set_window},
       {"--softcap", "X", "soft cap: S = X*tanh(S/X) (0: off)", set_softcap},
       {"--scale", "X", "softmax scale (default: 1/sqrt(headdim))", set_scale},

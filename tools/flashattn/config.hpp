@@ -25,10 +25,8 @@ struct RunConfig {
   int64_t batch = 0, heads_q = 0, heads_kv = 0;
   int64_t seqlen_q = 0, seqlen_k = 0;  // varlen: the maxima of the random lengths
   int64_t hdim_qk = 0, hdim_v = 0;
-  bool causal = false;
-  int64_t window_left = -1, window_right = -1;
-  float softcap = 0.f;
-  std::optional<float> scale;
+  flashattn::AttentionOptions options;  // as given (the library applies the defaults)
+  std::string path = "auto";            // the kernel family asked for (AttentionArgs::path)
   bool varlen = false, backward = false, deterministic = false;
   int64_t repeats = 0, warmup = 0;
   bool check = true;
@@ -37,9 +35,11 @@ struct RunConfig {
   int64_t threads = 0;
 };
 
-// Chooses the backend (auto: cuda when flashattn::cuda_available()) and fills the defaults.
-// Returns false with a message naming the option at fault when the run cannot be set up
-// (--backend cuda without CUDA, sizes whose element counts overflow 64 bits, ...).
+// Chooses the backend and fills the defaults. --backend auto: the backend of the --path family
+// when one is named (cpu when the library runs it on cpu tensors, else cuda), else cuda when
+// flashattn::cuda_available(). Returns false with a message naming the option at fault when the
+// run cannot be set up (--backend cuda or a CUDA family without CUDA, sizes whose element counts
+// overflow 64 bits, ...).
 bool resolve(const RunOptions& options, RunConfig* config, std::string* error);
 
 }  // namespace fa_cli

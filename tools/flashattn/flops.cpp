@@ -16,10 +16,10 @@ int64_t visible_pairs(int64_t seqlen_q, int64_t seqlen_k, int64_t left, int64_t 
 }
 
 double total_visible_pairs(const Layout& l, const RunConfig& c) {
-  const int64_t right = c.causal ? 0 : c.window_right;
+  const int64_t right = c.options.causal ? 0 : c.options.window_right;
   double pairs = 0;
   for (int64_t b = 0; b < l.batch; ++b) {
-    pairs += static_cast<double>(visible_pairs(l.len_q(b), l.len_k(b), c.window_left, right));
+    pairs += static_cast<double>(visible_pairs(l.len_q(b), l.len_k(b), c.options.window_left, right));
     if (!l.varlen) {  // every sequence alike
       pairs *= static_cast<double>(l.batch);
       break;

@@ -32,8 +32,10 @@ void print_version() {
 #else
   const char* built = "built without CUDA";
 #endif
-  std::printf("flashattn %s (%s; CUDA device %savailable)\n", FLASHATTN_VERSION_STRING, built,
-              flashattn::cuda_available() ? "" : "not ");
+  std::string families;
+  for (const std::string& f : flashattn::families()) families += (families.empty() ? "" : ", ") + f;
+  std::printf("flashattn %s (%s; CUDA device %savailable; kernel families %s)\n", FLASHATTN_VERSION_STRING, built,
+              flashattn::cuda_available() ? "" : "not ", families.c_str());
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <sstream>
@@ -16,7 +17,7 @@ using Setter = std::function<bool(const std::string& value, RunOptions* o, std::
 struct OptionRow {
   const char* name;     // "--batch"
   const char* metavar;  // nullptr: a flag that takes no value
-  const char* help;
+  std::string help;
   Setter set;
 };
 
@@ -68,6 +69,13 @@ Setter flag(bool RunOptions::*field, bool value) {
   };
 }
 
+// The values --path takes, from the library: "auto<sep>sm80<sep>cpu".
+std::string path_names(const char* sep = ", ") {
+  std::string s = "auto";
+  for (const std::string& f : flashattn::families()) s += sep + f;
+  return s;
+}
+
 bool set_dtype(const std::string& v, RunOptions* o, std::string* why) {
   if (v == "f32" || v == "fp32" || v == "float32") o->dtype = flashattn::DType::f32;
   else if (v == "f16" || v == "fp16" || v == "float16") o->dtype = flashattn::DType::f16;
@@ -84,6 +92,16 @@ bool set_backend(const std::string& v, RunOptions* o, std::string* why) {
   return true;
 }
 
+// "auto" or a kernel family of this build, as the library lists them.
+bool set_path(const std::string& v, RunOptions* o, std::string* why) {
+  const std::vector<std::string> names = flashattn::families();
+  if (v != "auto" && std::find(names.begin(), names.end(), v) == names.end()) {
+    return *why = "not a kernel family of this build (one of " + path_names() + ")", false;
+  }
+  o->path = v;
+  return true;
+}
+
 bool set_window(const std::string& v, RunOptions* o, std::string* why) {
   auto comma = v.find(',');
   if (comma == std::string::npos) return *why = "expected L,R (two integers >= -1, -1: unbounded)", false;
@@ -92,9 +110,8 @@ bool set_window(const std::string& v, RunOptions* o, std::string* why) {
     return *why = "expected L,R (two integers >= -1, -1: unbounded)", false;
   }
   if (l < -1 || r < -1) return *why = "each side must be >= -1 (-1: unbounded)", false;
-  o->window = true;
-  o->window_left = l;
-  o->window_right = r;
+  o->attention.window_left = l;
+  o->attention.window_right = r;
   return true;
 }
 
@@ -102,14 +119,14 @@ bool set_softcap(const std::string& v, RunOptions* o, std::string* why) {
   float x;
   if (!parse_float(v, &x, why)) return false;
   if (x < 0.f) return *why = "must be >= 0 (0: off)", false;
-  o->softcap = x;
+  o->attention.softcap = x;
   return true;
 }
 
 bool set_scale(const std::string& v, RunOptions* o, std::string* why) {
   float x;
   if (!parse_float(v, &x, why)) return false;
-  o->scale = x;
+  o->attention.softmax_scale = x;
   return true;
 }
 
@@ -144,7 +161,10 @@ const std::vector<OptionRow>& table() {
       {"--headdim-v", "D", "head dim of v and out (default: --headdim)", size_option(&RunOptions::headdim_v)},
       {"--dtype", "T", "f32 | f16 | bf16 (default: f32 on cpu, bf16 on cuda)", set_dtype},
       {"--causal", nullptr, "causal mask, aligned bottom-right when seqlen_q != seqlen_k",
-       flag(&RunOptions::causal, true)},
+       [](const std::string&, RunOptions* o, std::string*) {
+         o->attention.causal = true;
+         return true;
+       }},
       {"--window", "L,R", "local attention: keys i+diag-L .. i+diag+R (-1: unbounded side)", set_window},
       {"--softcap", "X", "soft cap: S = X*tanh(S/X) (0: off)", set_softcap},
       {"--scale", "X", "softmax scale (default: 1/sqrt(headdim))", set_scale},
@@ -157,6 +177,9 @@ const std::vector<OptionRow>& table() {
        flag(&RunOptions::deterministic, true)},
       {"--backend", "B", "auto | cpu | cuda (auto: cuda when a CUDA device is available, else cpu)",
        set_backend},
+      {"--path", "F", "kernel family: " + path_names(" | ") +
+       " (auto: the first that runs the call; a family\n"
+       "                      implies its backend when --backend is auto)", set_path},
       {"--repeats", "N", "timed calls (default: 5 on cpu, 30 on cuda)", count_option(&RunOptions::repeats, 1)},
       {"--warmup", "N", "untimed calls before them (default: 1 on cpu, 5 on cuda)",
        count_option(&RunOptions::warmup, 0)},

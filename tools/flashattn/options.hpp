@@ -21,16 +21,15 @@ struct RunOptions {
   std::optional<int64_t> headdim, headdim_v;
   std::optional<flashattn::DType> dtype;
 
-  bool causal = false;
-  bool window = false;  // --window given
-  int64_t window_left = -1, window_right = -1;
-  float softcap = 0.f;
-  std::optional<float> scale;
+  // The score and mask options, filled whole by their flags (--causal, --window, --softcap, --scale)
+  // and passed to the library as they are: a new option is a field there and a row in the table.
+  flashattn::AttentionOptions attention;
   bool varlen = false;
   bool backward = false;
   bool deterministic = false;
 
   Backend backend = Backend::automatic;
+  std::string path = "auto";  // the kernel family (AttentionArgs::path): "auto" or one of families()
   std::optional<int64_t> repeats, warmup;
   bool check = true;
   uint64_t seed = 0;

@@ -59,11 +59,8 @@ void fill_common(const Layout& l, const RunConfig& c, const Tensors& t, flashatt
     a->max_seqlen_q = l.seqlen_q;
     a->max_seqlen_k = l.seqlen_k;
   }
-  a->options.softmax_scale = c.scale;
-  a->options.causal = c.causal;
-  a->options.window_left = c.window_left;
-  a->options.window_right = c.window_right;
-  a->options.softcap = c.softcap;
+  a->options = c.options;
+  a->path = c.path;
   a->stream = stream;
 }
 

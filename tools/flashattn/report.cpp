@@ -30,11 +30,12 @@ std::string rate_str(double flops, double ms) {
 }
 
 std::string mask_str(const RunConfig& c) {
-  std::string m = c.causal ? "causal" : "non-causal";
-  if (c.window_left >= 0 || c.window_right >= 0) {
-    m += ", window (" + std::to_string(c.window_left) + ", " + std::to_string(c.window_right) + ")";
+  const flashattn::AttentionOptions& o = c.options;
+  std::string m = o.causal ? "causal" : "non-causal";
+  if (o.window_left >= 0 || o.window_right >= 0) {
+    m += ", window (" + std::to_string(o.window_left) + ", " + std::to_string(o.window_right) + ")";
   }
-  if (c.softcap > 0) m += fmt(", softcap %g", c.softcap);
+  if (o.softcap > 0) m += fmt(", softcap %g", o.softcap);
   return m;
 }
 
@@ -62,8 +63,9 @@ void error_json(Json& j, const TensorCheck& t) {
 void print_human(const RunReport& r, std::FILE* out) {
   const RunConfig& c = *r.config;
   const Layout& l = *r.layout;
-  std::fprintf(out, "flashattn %s: %s on %s (%s), path %s\n", FLASHATTN_VERSION_STRING, direction(c),
-               flashattn::to_string(c.device), r.device.c_str(), r.path.c_str());
+  std::fprintf(out, "flashattn %s: %s on %s (%s), path %s%s\n", FLASHATTN_VERSION_STRING, direction(c),
+               flashattn::to_string(c.device), r.device.c_str(), r.path.c_str(),
+               c.path == "auto" ? "" : (" (--path " + c.path + ")").c_str());
   std::fprintf(out, "  problem  batch %lld, heads %lld/%lld (q/kv), seqlen %lld/%lld (q/k%s), headdim %lld/%lld (qk/v), %s, %s, scale %.6g\n",
                static_cast<long long>(l.batch), static_cast<long long>(l.heads_q), static_cast<long long>(l.heads_kv),
                static_cast<long long>(l.seqlen_q), static_cast<long long>(l.seqlen_k), l.varlen ? ", varlen maxima" : "",
@@ -128,7 +130,7 @@ std::string to_json(const RunReport& r) {
   j.field("tool", "flashattn").field("version", FLASHATTN_VERSION_STRING);
   j.field("ok", r.ok()).field("exit_code", r.ok() ? 0 : 1);
   j.field("mode", direction(c)).field("backend", flashattn::to_string(c.device)).field("device", r.device);
-  j.field("path", r.path);
+  j.field("path", r.path).field("path_requested", c.path);
   j.begin_object("problem")
       .field("dtype", flashattn::to_string(c.dtype))
       .field("batch", l.batch)
@@ -138,10 +140,10 @@ std::string to_json(const RunReport& r) {
       .field("seqlen_k", l.seqlen_k)
       .field("hdim_qk", l.hdim_qk)
       .field("hdim_v", l.hdim_v)
-      .field("causal", c.causal)
-      .field("window_left", c.window_left)
-      .field("window_right", c.window_right)
-      .field("softcap", static_cast<double>(c.softcap))
+      .field("causal", c.options.causal)
+      .field("window_left", c.options.window_left)
+      .field("window_right", c.options.window_right)
+      .field("softcap", static_cast<double>(c.options.softcap))
       .field("softmax_scale", static_cast<double>(r.softmax_scale))
       .field("varlen", l.varlen)
       .field("total_q", l.total_q)

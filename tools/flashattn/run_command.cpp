@@ -30,7 +30,8 @@ namespace {
 // option to change ("--headdim 12: hdim_qk ... = 12 is not supported: ..."). The argument named
 // first in the message wins.
 std::string option_context(const std::string& message, const RunConfig& c) {
-  const std::string window = "--window " + std::to_string(c.window_left) + "," + std::to_string(c.window_right);
+  const flashattn::AttentionOptions& o = c.options;
+  const std::string window = "--window " + std::to_string(o.window_left) + "," + std::to_string(o.window_right);
   const std::string heads = "--heads " + std::to_string(c.heads_q) + " --heads-kv " + std::to_string(c.heads_kv);
   const std::pair<const char*, std::string> needles[] = {
       {"hdim_qk", "--headdim " + std::to_string(c.hdim_qk)},
@@ -40,13 +41,14 @@ std::string option_context(const std::string& message, const RunConfig& c) {
       {"heads", heads},
       {"softmax_scale", "--scale"},
       {"softcap", "--softcap"},
-      {"window", c.causal ? window + " --causal" : window},
+      {"window", o.causal ? window + " --causal" : window},
       {"causal", "--causal"},
       {"dtype", std::string("--dtype ") + flashattn::to_string(c.dtype)},
       {"cu_seqlens", "--varlen"},
       {"varlen", "--varlen"},
       {"deterministic", "--deterministic"},
       {"device", std::string("--backend ") + flashattn::to_string(c.device)},
+      {"path = ", "--path " + c.path + " --backend " + flashattn::to_string(c.device)},
   };
   std::size_t best = std::string::npos;
   std::string option;
@@ -181,7 +183,7 @@ int run_command(const std::vector<std::string>& args) {
   report.layout = &layout;
   report.device = device_description(c);
   report.path = c.backward ? flashattn::backward_path(bwd) : flashattn::forward_path(fwd);
-  report.softmax_scale = c.scale.value_or(1.f / std::sqrt(static_cast<float>(c.hdim_qk)));
+  report.softmax_scale = c.options.softmax_scale.value_or(1.f / std::sqrt(static_cast<float>(c.hdim_qk)));
   report.visible_pairs = total_visible_pairs(layout, c);
   report.flops = c.backward ? backward_flops(layout, c) : forward_flops(layout, c);
   report.memory.tensors_bytes = static_cast<int64_t>(run_on.bytes());

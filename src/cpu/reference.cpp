@@ -120,6 +120,13 @@ T dot(const T* a, const T* b, int64_t n) {
   return acc;
 }
 
+template <class T>
+T abs_dot(const T* a, const T* b, int64_t n) {
+  T acc = 0;
+  for (int64_t d = 0; d < n; ++d) acc += std::abs(a[d] * b[d]);
+  return acc;
+}
+
 // One query row of one head: out (hdim_v, rounded in the same precision) and lse.
 template <class T>
 void forward_row(const Problem<T>& P, const Sequence& seq, int64_t i, int64_t h, std::vector<T>& s, T* out, T* lse) {
@@ -205,7 +212,7 @@ void backward_impl(const Problem<T>& P, const std::vector<int64_t>& q_rows, cons
   const Layout& L = P.L;
   const int64_t Hq = L.heads_q, dqk = L.hdim_qk, dv = L.hdim_v;
   const size_t nqh = static_cast<size_t>(L.total_q * Hq);
-  std::vector<T> lse(nqh, T(0)), D(nqh, T(0));
+  std::vector<T> lse(nqh, T(0)), D(nqh, T(0)), D_terms(nqh, T(0));  // D_terms = Σ|dO∘O|
   const std::vector<int64_t> all_q = rows_to_compute(nullptr, L.total_q, true, L);
   const int64_t n1 = static_cast<int64_t>(all_q.size()) * Hq;
 #pragma omp parallel
@@ -217,11 +224,13 @@ void backward_impl(const Problem<T>& P, const std::vector<int64_t>& q_rows, cons
       const Sequence& seq = L.seqs[L.seq_of_q_row(row)];
       forward_row(P, seq, row - seq.q_begin, h, s, out.data(), &lse[row * Hq + h]);
       D[row * Hq + h] = dot(P.do_row(row, h), out.data(), dv);
+      D_terms[row * Hq + h] = abs_dot(P.do_row(row, h), out.data(), dv);
     }
   }
 
-  // dS of (query row, head h) and key column j of `seq`, and P; false where masked.
-  auto grad_entry = [&](const Sequence& seq, int64_t i, int64_t h, int64_t j, T* p, T* ds) {
+  // dS of (query row, head h) and key column j of `seq`, and P; false where masked. *ds_terms:
+  // P·(Σ|dO∘v| + Σ|dO∘O|)·|dsoftcap|, the size of dS's cancelling parts.
+  auto grad_entry = [&](const Sequence& seq, int64_t i, int64_t h, int64_t j, T* p, T* ds, T* ds_terms) {
     int64_t lo, hi;
     key_range(seq, i, P.mask, &lo, &hi);
     if (j < lo || j > hi) return false;
@@ -231,56 +240,79 @@ void backward_impl(const Problem<T>& P, const std::vector<int64_t>& q_rows, cons
     *p = P.rnd(std::exp(x - lse[qrow * Hq + h]));
     const T dp = dot(P.do_row(qrow, h), P.v_row(krow, hk), dv);
     *ds = P.rnd(*p * (dp - D[qrow * Hq + h]) * dsoftcap);
+    if (ds_terms != nullptr) {
+      *ds_terms = *p * (abs_dot(P.do_row(qrow, h), P.v_row(krow, hk), dv) + D_terms[qrow * Hq + h]) * std::abs(dsoftcap);
+    }
     return true;
   };
 
+  // The *_terms of BackwardResult: only the float64 run computes them.
+  constexpr bool kTerms = std::is_same_v<T, double>;
+  double dq_terms = 0, dk_terms = 0, dv_terms = 0;
   const int64_t n2 = static_cast<int64_t>(q_rows.size()) * Hq;
-#pragma omp parallel
+#pragma omp parallel reduction(max : dq_terms)
   {
-    std::vector<T> acc(static_cast<size_t>(dqk));
+    std::vector<T> acc(static_cast<size_t>(dqk)), terms(static_cast<size_t>(dqk));
 #pragma omp for schedule(dynamic, 4)
     for (int64_t w = 0; w < n2; ++w) {
       const int64_t row = q_rows[w / Hq], h = w % Hq;
       const Sequence& seq = L.seqs[L.seq_of_q_row(row)];
       std::fill(acc.begin(), acc.end(), T(0));
+      std::fill(terms.begin(), terms.end(), T(0));
       for (int64_t j = 0; j < seq.k_len; ++j) {
-        T p, ds;
-        if (!grad_entry(seq, row - seq.q_begin, h, j, &p, &ds)) continue;
+        T p, ds, ds_terms;
+        if (!grad_entry(seq, row - seq.q_begin, h, j, &p, &ds, kTerms ? &ds_terms : nullptr)) continue;
         const T* kr = P.k_row(seq.k_begin + j, P.kv_head(h));
         for (int64_t d = 0; d < dqk; ++d) acc[d] += ds * kr[d];
+        if constexpr (kTerms) {
+          for (int64_t d = 0; d < dqk; ++d) terms[d] += ds_terms * std::abs(kr[d]);
+        }
       }
       double* o = &r->dq[static_cast<size_t>((row * Hq + h) * dqk)];
       for (int64_t d = 0; d < dqk; ++d) o[d] = P.rnd(acc[d] * P.scale);
+      for (int64_t d = 0; d < dqk; ++d) dq_terms = std::max<double>(dq_terms, terms[d] * std::abs(P.scale));
     }
   }
 
   const int64_t Hkv = L.heads_kv, group = Hq / Hkv;
   const int64_t n3 = static_cast<int64_t>(k_rows.size()) * Hkv;
-#pragma omp parallel
+#pragma omp parallel reduction(max : dk_terms, dv_terms)
   {
     std::vector<T> acc_k(static_cast<size_t>(dqk)), acc_v(static_cast<size_t>(dv));
+    std::vector<T> terms_k(static_cast<size_t>(dqk)), terms_v(static_cast<size_t>(dv));
 #pragma omp for schedule(dynamic, 4)
     for (int64_t w = 0; w < n3; ++w) {
       const int64_t krow = k_rows[w / Hkv], hk = w % Hkv;
       const Sequence& seq = L.seqs[L.seq_of_k_row(krow)];
       std::fill(acc_k.begin(), acc_k.end(), T(0));
       std::fill(acc_v.begin(), acc_v.end(), T(0));
+      std::fill(terms_k.begin(), terms_k.end(), T(0));
+      std::fill(terms_v.begin(), terms_v.end(), T(0));
       for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         for (int64_t i = 0; i < seq.q_len; ++i) {
-          T p, ds;
-          if (!grad_entry(seq, i, h, krow - seq.k_begin, &p, &ds)) continue;
+          T p, ds, ds_terms;
+          if (!grad_entry(seq, i, h, krow - seq.k_begin, &p, &ds, kTerms ? &ds_terms : nullptr)) continue;
           const T* qr = P.q_row(seq.q_begin + i, h);
           const T* dor = P.do_row(seq.q_begin + i, h);
           for (int64_t d = 0; d < dqk; ++d) acc_k[d] += ds * qr[d];
           for (int64_t d = 0; d < dv; ++d) acc_v[d] += p * dor[d];
+          if constexpr (kTerms) {
+            for (int64_t d = 0; d < dqk; ++d) terms_k[d] += ds_terms * std::abs(qr[d]);
+            for (int64_t d = 0; d < dv; ++d) terms_v[d] += p * std::abs(dor[d]);
+          }
         }
       }
       double* ok = &r->dk[static_cast<size_t>((krow * Hkv + hk) * dqk)];
       double* ov = &r->dv[static_cast<size_t>((krow * Hkv + hk) * dv)];
       for (int64_t d = 0; d < dqk; ++d) ok[d] = P.rnd(acc_k[d] * P.scale);
       for (int64_t d = 0; d < dv; ++d) ov[d] = P.rnd(acc_v[d]);
+      for (int64_t d = 0; d < dqk; ++d) dk_terms = std::max<double>(dk_terms, terms_k[d] * std::abs(P.scale));
+      for (int64_t d = 0; d < dv; ++d) dv_terms = std::max<double>(dv_terms, terms_v[d]);
     }
   }
+  r->dq_terms = dq_terms;
+  r->dk_terms = dk_terms;
+  r->dv_terms = dv_terms;
 }
 
 std::vector<double> read_rows(const FwdParams& p, const RowsDesc& t) {
@@ -447,7 +479,7 @@ double default_atol(DType dtype, double max_abs_ref) {
 
 ErrorReport check_error_rule(const std::vector<double>& got, const std::vector<double>& same,
                              const std::vector<double>& ref, const std::vector<int64_t>& rows, int64_t width,
-                             DType dtype, double atol) {
+                             DType dtype, double atol, double terms) {
   ErrorReport e;
   for (int64_t row : rows) {
     for (int64_t c = 0; c < width; ++c) {
@@ -455,7 +487,7 @@ ErrorReport check_error_rule(const std::vector<double>& got, const std::vector<d
       if (std::isfinite(x)) e.max_ref = std::max(e.max_ref, std::abs(x));
     }
   }
-  e.atol = atol >= 0 ? atol : default_atol(dtype, e.max_ref);
+  e.atol = atol >= 0 ? atol : default_atol(dtype, e.max_ref) + kCancellationUlps * unit_roundoff(DType::f32) * terms;
   bool worst_is_nan = false;
   for (int64_t row : rows) {
     for (int64_t c = 0; c < width; ++c) {

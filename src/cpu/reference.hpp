@@ -73,6 +73,11 @@ struct BackwardResult {
   std::vector<double> dv;       // [total_k][heads_kv][hdim_v]
   std::vector<int64_t> q_rows;  // packed query rows whose dq was computed, ascending
   std::vector<int64_t> k_rows;  // packed key rows whose dk, dv were computed, ascending
+  // Per tensor, the largest Σ|term| of an element's sum with dS's cancelling parts counted apart:
+  // dS = P∘(dP − D) is computed in float32 as a difference of two dot products, so where the exact
+  // gradient is 0 (one visible key: dP = D) the computed one is float32 rounding of this size. The
+  // error rule's atol grows with it (check_error_rule's `terms`). Set by the float64 backward.
+  double dq_terms = 0, dk_terms = 0, dv_terms = 0;
 };
 
 // The forward on all query rows, or on the packed rows listed in `q_rows` (any order, duplicates
@@ -99,10 +104,13 @@ std::vector<int64_t> sample_rows(int64_t total, int64_t n, uint64_t seed);
 // ---- the error rule (FlashAttention's) --------------------------------------------------------
 // max|got − ref| ≤ 2 · max|same − ref| + atol, max-abs over the listed rows of one tensor of
 // [rows][width] (width = heads · dim). Where ref is NaN, got must be NaN (and is not counted).
-// atol = default_atol(dtype, max|ref|) unless given: for f16 and bf16 twice the rounding error of
-// the dtype at the tensor's magnitude, 2·u·(max|ref| + 0.3) with u the unit roundoff (an upper
-// bound of FlashAttention's 2·|(ref + 0.3 − 0.3) − ref|); for f32, where rounding to the dtype no
-// longer dominates but exp/tanh approximations and summation order do, 16·u·(max|ref| + 0.3).
+// atol = default_atol(dtype, max|ref|) + kCancellationUlps·u32·terms unless given: for f16 and
+// bf16 twice the rounding error of the dtype at the tensor's magnitude, 2·u·(max|ref| + 0.3) with
+// u the unit roundoff (an upper bound of FlashAttention's 2·|(ref + 0.3 − 0.3) − ref|); for f32,
+// where rounding to the dtype no longer dominates but exp/tanh approximations and summation order
+// do, 16·u·(max|ref| + 0.3). The second term (BackwardResult's *_terms; 0 for the forward) keeps
+// the rule meaningful where the exact value is 0 but float32 arithmetic cannot reach it: a
+// gradient that is a difference of equal dot products.
 struct ErrorReport {
   bool ok = true;
   double max_error = 0;   // max |got − ref|
@@ -117,8 +125,9 @@ struct ErrorReport {
   std::string describe(int64_t dim) const;  // "max error 1.2e-3 at row 5, head 1, col 7 (...)"
 };
 double default_atol(DType dtype, double max_abs_ref);
+constexpr double kCancellationUlps = 4;
 ErrorReport check_error_rule(const std::vector<double>& got, const std::vector<double>& same,
                              const std::vector<double>& ref, const std::vector<int64_t>& rows, int64_t width,
-                             DType dtype, double atol = -1);
+                             DType dtype, double atol = -1, double terms = 0);
 
 }  // namespace flashattn::reference

@@ -177,13 +177,13 @@ void expect_backward_matches(const Problem& p) {
   ASSERT_TRUE(reference::backward(hp, reference::Precision::same, &same, q_sample, k_sample).ok());
   const DType dt = hp.dtype;
   EXPECT_TRUE(rule_holds("dq", reference::check_error_rule(reference::read_dq(hp), same.dq, ref.dq, ref.q_rows,
-                                                            hp.heads_q * hp.hdim_qk, dt),
+                                                            hp.heads_q * hp.hdim_qk, dt, -1, ref.dq_terms),
                          hp.hdim_qk));
   EXPECT_TRUE(rule_holds("dk", reference::check_error_rule(reference::read_dk(hp), same.dk, ref.dk, ref.k_rows,
-                                                            hp.heads_kv * hp.hdim_qk, dt),
+                                                            hp.heads_kv * hp.hdim_qk, dt, -1, ref.dk_terms),
                          hp.hdim_qk));
   EXPECT_TRUE(rule_holds("dv", reference::check_error_rule(reference::read_dv(hp), same.dv, ref.dv, ref.k_rows,
-                                                            hp.heads_kv * hp.hdim_v, dt),
+                                                            hp.heads_kv * hp.hdim_v, dt, -1, ref.dv_terms),
                          hp.hdim_v));
   expect_gaps_intact("dq", p.dq);
   expect_gaps_intact("dk", p.dk);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 #include <string>
 
 namespace fa_test {
@@ -24,5 +25,18 @@ uint64_t test_seed() {
   }
   return process_seed() ^ h;
 }
+
+namespace {
+std::map<std::string, std::string>& flags() {
+  static std::map<std::string, std::string> all;
+  return all;
+}
+}  // namespace
+
+std::string test_flag(const std::string& name, const std::string& fallback) {
+  const auto it = flags().find(name);
+  return it == flags().end() ? fallback : it->second;
+}
+void set_test_flag(const std::string& name, const std::string& value) { flags()[name] = value; }
 
 }  // namespace fa_test

@@ -5,10 +5,16 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 
 namespace fa_test {
 
 uint64_t process_seed();  // FLASHATTN_TEST_SEED, or drawn once from std::random_device
+
+// A test binary's own flags, --name=value (tests/support/main.cpp takes them off the command
+// line before GoogleTest sees it); `fallback` when not given.
+std::string test_flag(const std::string& name, const std::string& fallback);
+void set_test_flag(const std::string& name, const std::string& value);
 uint64_t test_seed();     // process_seed() mixed with the running test's full name
 
 class Rng {

@@ -8,13 +8,13 @@
 # visible GPU's, e.g. 90a on Hopper), JOBS, TEST_FILTER (ctest -R regex; default all: CPU cases take seconds on 16 cores),
 # SANITIZE_FILTER (gtest filter of the sanitizer subset of diff_test), SANITIZE_SPLIT_FILTER (the
 # subset rerun with the grid planned for 3 SMs, --sms=3, so that the backward splits its tail), BENCH_ARGS (extra bench_gpu.py flags),
-# CTEST_JOBS (default 4), PY_INSTALL (default 1; 0: the Python package is already installed, e.g. by a
+# CTEST_JOBS (default 4), SWEEP_CONFIGS / SWEEP_PROCS / SWEEP_SEED (the differential sweep), PY_INSTALL (default 1; 0: the Python package is already installed, e.g. by a
 # pip install run in the background during the build).
 set -uo pipefail
 OUT=${1:?usage: gpu_check.sh OUT_DIR}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-STEPS=${STEPS:-build,test,sanitize,cli,python,bench}
+STEPS=${STEPS:-build,test,sanitize,sweep,cli,python,bench}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 JOBS=${JOBS:-$(nproc)}
 TEST_FILTER=${TEST_FILTER:-.}
@@ -69,6 +69,33 @@ if has sanitize; then
     done
     tail -3 "$OUT/sanitize_$tool.log"
   done
+fi
+
+if has sweep && [ -x "$BUILD_DIR/tests/sweep_test" ]; then
+  # The differential sweep on the GPU families: SWEEP_CONFIGS random configurations (default
+  # 10000) split over SWEEP_PROCS processes (the float64 reference on the CPU is the slow part),
+  # seeds consecutive from SWEEP_SEED; failures and per-process summaries in sweep.jsonl.
+  configs=${SWEEP_CONFIGS:-10000} procs=${SWEEP_PROCS:-8} seed=${SWEEP_SEED:-$(date +%s)}
+  log "differential sweep: $configs configurations from seed $seed on the CUDA families, $procs processes"
+  per=$(( (configs + procs - 1) / procs ))
+  : >"$OUT/sweep.jsonl"
+  pids=()
+  for i in $(seq 0 $((procs - 1))); do
+    OMP_NUM_THREADS=2 "$BUILD_DIR/tests/sweep_test" --gtest_filter='Families/Sweep.*/sm*' --sweep-configs=$per \
+      --sweep-seed=$((seed + i * per)) --sweep-report="$OUT/sweep.jsonl" >"$OUT/sweep_$i.log" 2>&1 &
+    pids+=($!)
+  done
+  rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  status[sweep]=$rc
+  grep -h "SWEEP" "$OUT"/sweep_*.log
+  python3 - "$OUT/sweep.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+s = [r for r in rows if "configs" in r]
+print(f"sweep: {sum(r['ran'] for r in s)} configurations ran, {sum(r['unsupported'] for r in s)} unsupported, "
+      f"{sum(r['failed'] for r in s)} failed, in {len(s)} processes")
+PY
 fi
 
 if has cli && [ -x "$BUILD_DIR/tools/flashattn/flashattn" ]; then

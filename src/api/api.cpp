@@ -1,5 +1,6 @@
 // The public entry points: validate → select → run. No exception leaves this file.
 #include <exception>
+#include <limits>
 
 #include "api/select.hpp"
 #include "api/validate.hpp"
@@ -36,9 +37,13 @@ std::size_t element_size(DType dtype) {
 }
 
 int64_t TensorView::numel() const {
+  if (rank <= 0 || rank > kMaxRank) return 0;
   int64_t n = 1;
-  for (int i = 0; i < rank; ++i) n *= shape[i];
-  return rank == 0 ? 0 : n;
+  for (int i = 0; i < rank; ++i) {
+    if (shape[i] <= 0) return 0;
+    if (__builtin_mul_overflow(n, shape[i], &n)) return std::numeric_limits<int64_t>::max();
+  }
+  return n;
 }
 
 TensorView TensorView::contiguous(void* data, DType dtype, Device device, std::initializer_list<int64_t> shape) {

@@ -1,5 +1,6 @@
 #include "api/validate.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <type_traits>
@@ -73,6 +74,14 @@ Status check_view(const char* name, const TensorView& t, int rank, DType dtype, 
     return Status::invalid(m.str());
   }
   if (t.numel() > 0) {
+    // The element offsets of the view must fit in int64 (every backend's indexing relies on it).
+    int64_t last = 0, term = 0;
+    for (int i = 0; i < rank; ++i) {
+      if (__builtin_mul_overflow(t.shape[i] - 1, t.stride[i], &term) || __builtin_add_overflow(last, term, &last)) {
+        m << name << ": shape " << shape_str(t) << " with its strides spans more than 2^63 elements";
+        return Status::invalid(m.str());
+      }
+    }
     if (t.data == nullptr) {
       m << name << ": data pointer is null for shape " << shape_str(t);
       return Status::invalid(m.str());
@@ -239,8 +248,18 @@ Status common_params(const AttentionArgs& a, FwdParams* p) {
     p->batch = a.q.shape[0];
     p->seqlen_q = a.q.shape[1];
     p->seqlen_k = a.k.shape[1];
-    p->total_q = p->batch * p->seqlen_q;
-    p->total_k = p->batch * p->seqlen_k;
+    // Views may broadcast (stride 0), so the sizes alone can exceed what any memory holds: the
+    // row and element counts every backend indexes with must still fit in int64.
+    const int64_t dim = std::max(p->hdim_qk, p->hdim_v);
+    int64_t row_elems = 0, elems = 0;
+    if (__builtin_mul_overflow(p->batch, p->seqlen_q, &p->total_q) ||
+        __builtin_mul_overflow(p->batch, p->seqlen_k, &p->total_k) ||
+        __builtin_mul_overflow(std::max(p->heads_q, p->heads_kv), dim, &row_elems) ||
+        __builtin_mul_overflow(std::max(p->total_q, p->total_k), row_elems, &elems)) {
+      Message m;
+      m << "q: shape " << shape_str(a.q) << " and k: shape " << shape_str(a.k) << " hold more than 2^63 elements";
+      return Status::invalid(m.str());
+    }
     FLASHATTN_TRY(check_shape("k", a.k, {p->batch, p->seqlen_k, p->heads_kv, p->hdim_qk},
                        "[batch of q, seqlen_k, heads_kv, hdim_qk of q]"));
     FLASHATTN_TRY(check_shape("v", a.v, {p->batch, p->seqlen_k, p->heads_kv, p->hdim_v},

@@ -127,14 +127,19 @@ T abs_dot(const T* a, const T* b, int64_t n) {
   return acc;
 }
 
-// One query row of one head: out (hdim_v, rounded in the same precision) and lse.
+// One query row of one head: out (hdim_v, rounded in the same precision) and lse. With `terms`
+// (hdim_v entries, float64 only), Σⱼ pⱼ·(|x|ⱼ + |max| + 1)·|vⱼ| per column, |x|ⱼ = |scale|·Σ|q∘kⱼ|:
+// the size of float32's error in out, whose exponents carry the scores' rounding (large logits
+// amplify it).
 template <class T>
-void forward_row(const Problem<T>& P, const Sequence& seq, int64_t i, int64_t h, std::vector<T>& s, T* out, T* lse) {
+void forward_row(const Problem<T>& P, const Sequence& seq, int64_t i, int64_t h, std::vector<T>& s, T* out, T* lse,
+                 T* terms = nullptr) {
   int64_t lo, hi;
   key_range(seq, i, P.mask, &lo, &hi);
   const int64_t dv = P.L.hdim_v;
   if (lo > hi) {  // fully masked: out 0, lse +inf (exp(S − lse) = 0 in the backward)
     std::fill(out, out + dv, T(0));
+    if (terms != nullptr) std::fill(terms, terms + dv, T(0));
     *lse = std::numeric_limits<T>::infinity();
     return;
   }
@@ -160,6 +165,15 @@ void forward_row(const Problem<T>& P, const Sequence& seq, int64_t i, int64_t h,
     for (int64_t d = 0; d < dv; ++d) out[d] += p * vr[d];
   }
   for (int64_t d = 0; d < dv; ++d) out[d] = P.rnd(out[d]);
+  if (terms == nullptr) return;
+  std::fill(terms, terms + dv, T(0));
+  for (int64_t j = lo; j <= hi; ++j) {
+    const T* kr = P.k_row(seq.k_begin + j, hk);
+    const T size = std::abs(P.scale) * abs_dot(qr, kr, P.L.hdim_qk) + std::abs(row_max) + 1;
+    const T p = s[j - lo] / row_sum;
+    const T* vr = P.v_row(seq.k_begin + j, hk);
+    for (int64_t d = 0; d < dv; ++d) terms[d] += p * size * std::abs(vr[d]);
+  }
 }
 
 std::vector<int64_t> rows_to_compute(const std::vector<int64_t>* wanted, int64_t total, bool q_side, const Layout& L) {
@@ -188,20 +202,26 @@ template <class T>
 void forward_impl(const Problem<T>& P, const std::vector<int64_t>& rows, ForwardResult* r) {
   const Layout& L = P.L;
   const int64_t n = static_cast<int64_t>(rows.size()) * L.heads_q;
-#pragma omp parallel
+  constexpr bool kTerms = std::is_same_v<T, double>;  // only the float64 run sizes the error
+  double out_terms = 0;
+#pragma omp parallel reduction(max : out_terms)
   {
-    std::vector<T> s, out(static_cast<size_t>(L.hdim_v));
+    std::vector<T> s, out(static_cast<size_t>(L.hdim_v)), terms(static_cast<size_t>(L.hdim_v));
 #pragma omp for schedule(dynamic, 4)
     for (int64_t w = 0; w < n; ++w) {
       const int64_t row = rows[w / L.heads_q], h = w % L.heads_q;
       const Sequence& seq = L.seqs[L.seq_of_q_row(row)];
       T lse;
-      forward_row(P, seq, row - seq.q_begin, h, s, out.data(), &lse);
+      forward_row(P, seq, row - seq.q_begin, h, s, out.data(), &lse, kTerms ? terms.data() : nullptr);
       double* o = &r->out[static_cast<size_t>((row * L.heads_q + h) * L.hdim_v)];
       for (int64_t d = 0; d < L.hdim_v; ++d) o[d] = out[d];
       r->lse[static_cast<size_t>(row * L.heads_q + h)] = lse;
+      if constexpr (kTerms) {
+        for (int64_t d = 0; d < L.hdim_v; ++d) out_terms = std::max<double>(out_terms, terms[d]);
+      }
     }
   }
+  r->out_terms = out_terms;
 }
 
 // The backward: pass 1 recomputes lse and D = rowsum(dO∘O) of every query row; then dq of the
@@ -240,8 +260,11 @@ void backward_impl(const Problem<T>& P, const std::vector<int64_t>& q_rows, cons
     *p = P.rnd(std::exp(x - lse[qrow * Hq + h]));
     const T dp = dot(P.do_row(qrow, h), P.v_row(krow, hk), dv);
     *ds = P.rnd(*p * (dp - D[qrow * Hq + h]) * dsoftcap);
-    if (ds_terms != nullptr) {
-      *ds_terms = *p * (abs_dot(P.do_row(qrow, h), P.v_row(krow, hk), dv) + D_terms[qrow * Hq + h]) * std::abs(dsoftcap);
+    if (ds_terms != nullptr) {  // and P's own error, from the rounding of its exponent
+      const T exponent = std::abs(P.scale) * abs_dot(P.q_row(qrow, h), P.k_row(krow, hk), L.hdim_qk) +
+                         std::abs(lse[qrow * Hq + h]) + 1;
+      *ds_terms = *p * (abs_dot(P.do_row(qrow, h), P.v_row(krow, hk), dv) + D_terms[qrow * Hq + h] +
+                        std::abs(dp - D[qrow * Hq + h]) * exponent) * std::abs(dsoftcap);
     }
     return true;
   };

@@ -64,6 +64,10 @@ struct ForwardResult {
   std::vector<double> out;      // [total_q][heads_q][hdim_v]
   std::vector<double> lse;      // [total_q][heads_q]
   std::vector<int64_t> q_rows;  // the packed query rows computed, ascending
+  // The largest Σ|term| behind an element of out, with each probability weighted by the size of its
+  // exponent (scores and max): float32 rounds the exponent, and large logits amplify that. The
+  // error rule's atol grows with it (check_error_rule's `terms`). Set by the float64 forward.
+  double out_terms = 0;
 };
 
 struct BackwardResult {

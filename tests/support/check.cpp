@@ -151,7 +151,7 @@ void expect_forward_matches(const Problem& p) {
   ASSERT_TRUE(reference::forward(hp, reference::Precision::same, &same, sample).ok());
   const std::vector<double> out = reference::read_out(hp);
   EXPECT_TRUE(rule_holds("out", reference::check_error_rule(out, same.out, ref.out, ref.q_rows,
-                                                             hp.heads_q * hp.hdim_v, hp.dtype),
+                                                             hp.heads_q * hp.hdim_v, hp.dtype, -1, ref.out_terms),
                          hp.hdim_v));
   if (p.c.with_lse) {
     EXPECT_TRUE(lse_close(reference::read_lse(hp), same.lse, ref.lse, ref.q_rows, hp.heads_q));

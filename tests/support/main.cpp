@@ -35,8 +35,9 @@ void take_device_overrides(int* argc, char** argv) {
       o.num_sms = std::atoi(argv[i] + 6);
     } else if (std::strncmp(argv[i], "--smem-optin=", 13) == 0) {
       o.smem_optin = std::atoi(argv[i] + 13);
-    } else if (std::strncmp(argv[i], "--sweep-", 8) == 0 && std::strchr(argv[i], '=') != nullptr) {
-      const char* eq = std::strchr(argv[i], '=');  // the sweep's flags (sweep_test.cpp)
+    } else if ((std::strncmp(argv[i], "--sweep-", 8) == 0 || std::strncmp(argv[i], "--fuzz-", 7) == 0) &&
+               std::strchr(argv[i], '=') != nullptr) {
+      const char* eq = std::strchr(argv[i], '=');  // sweep_test's and fuzz_test's own flags
       fa_test::set_test_flag(std::string(argv[i] + 2, static_cast<std::size_t>(eq - argv[i] - 2)), eq + 1);
     } else {
       argv[kept++] = argv[i];

@@ -44,6 +44,7 @@ void merge_rows(const ref::ForwardResult& from, ref::ForwardResult* into) {
     std::copy_n(&from.lse[r * lse_w], lse_w, &into->lse[r * lse_w]);
     into->q_rows.push_back(row);
   }
+  into->out_terms = std::max(into->out_terms, from.out_terms);
 }
 
 // The forward reference in one precision: on the sampled rows in one call, or on all rows in
@@ -113,7 +114,7 @@ Status check_outputs(const Layout& l, const RunConfig& c, const Tensors& host, C
   if (!s.ok()) return s;
   r->q_rows = static_cast<int64_t>(f64.q_rows.size());
   r->tensors.push_back(compare("out", l.hdim_v, ref::read_out(fp), same.out, f64.out, f64.q_rows,
-                               l.heads_q * l.hdim_v, c.dtype));
+                               l.heads_q * l.hdim_v, c.dtype, f64.out_terms));
   // lse is fp32 whatever the inputs' dtype: its atol is float32's.
   r->tensors.push_back(
       compare("lse", 1, ref::read_lse(fp), same.lse, f64.lse, f64.q_rows, l.heads_q, flashattn::DType::f32));

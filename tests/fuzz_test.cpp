@@ -1,0 +1,283 @@
+// A seeded fuzzer of the validation layer and the C ABI. Each iteration draws a small valid problem
+// on the host, then applies random mutations to its arguments — sizes, strides, ranks, dtype and
+// device codes, data pointers, varlen offsets and maxima, options (NaN, ±inf, huge windows), path,
+// workspace, and for the C ABI struct_size and the options pointer — and calls the library. The
+// properties: every call returns a Status with a known code and, when refused, a message; supports(),
+// the workspace query and the run agree; nothing reads or writes outside the buffers (the CI runs
+// this binary under AddressSanitizer and UBSan, scripts/fuzz_check.sh); a call that succeeds on
+// unmutated tensors matches the float64 reference. Mutations never claim memory a buffer lacks:
+// a view whose span would exceed its buffer gets a null data pointer, which must be refused.
+//   --fuzz-iterations=N (default 300)   --fuzz-seed=S (default: the test seed; iteration i uses S + i)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+
+#include "flashattn/flashattn_c.h"
+#include "support/check.hpp"
+
+namespace fa_test {
+namespace {
+
+using namespace flashattn;
+
+struct Draw {
+  std::mt19937_64 rng;
+  int64_t pick(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
+  bool chance(double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; }
+  template <class T, size_t N>
+  T one_of(const T (&values)[N]) { return values[pick(0, N - 1)]; }
+};
+
+Case random_small_case(Draw& d) {
+  const int64_t hkv = d.pick(1, 2), group = d.pick(1, 3), dim = 8 * d.pick(1, 8);
+  Case c = d.chance(0.3) ? Case::varlen({int32_t(d.pick(0, 9)), int32_t(d.pick(0, 9))},
+                                        {int32_t(d.pick(0, 9)), int32_t(d.pick(0, 9))}, hkv * group, hkv, dim)
+                         : Case::padded(d.pick(1, 2), d.pick(0, 12), d.pick(0, 12), hkv * group, hkv, dim);
+  const DType types[] = {DType::f32, DType::f16, DType::bf16};
+  c = c.with(d.one_of(types));
+  if (d.chance(0.3)) c = c.layout(d.chance(0.5) ? Strides::padded : Strides::permuted);
+  return c;
+}
+
+// Bytes a view claims (0 when it holds no element); -1 when it cannot be a real buffer.
+int64_t claimed_bytes(const TensorView& t) {
+  if (t.rank < 0 || t.rank > TensorView::kMaxRank) return -1;
+  int64_t last = 0;
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.shape[i] < 0 || t.stride[i] < 0) return -1;
+    if (t.shape[i] == 0) return 0;
+    if (t.shape[i] > (int64_t{1} << 30) || t.stride[i] > (int64_t{1} << 30)) return -1;
+    last += (t.shape[i] - 1) * t.stride[i];
+  }
+  const std::size_t elem = element_size(t.dtype);
+  return elem == 0 ? -1 : (last + 1) * static_cast<int64_t>(elem);
+}
+
+// The mutable state of one iteration: the views, what each one's buffer holds, and what changed.
+struct Views {
+  std::vector<TensorView*> all;
+  std::vector<int64_t> buffer_bytes;  // bytes available from each view's data pointer
+  bool layout_mutated = false;
+};
+
+void mutate_view(Draw& d, TensorView* t, Views* v) {
+  v->layout_mutated = true;
+  const int64_t sizes[] = {-3, -1, 0, 1, 2, 7, 64, int64_t{1} << 40, std::numeric_limits<int64_t>::max()};
+  switch (d.pick(0, 6)) {
+    case 0: t->shape[d.pick(0, 3)] = d.chance(0.5) ? d.one_of(sizes) : t->shape[d.pick(0, 3)] + d.pick(-2, 2); break;
+    case 1: t->stride[d.pick(0, 3)] = d.chance(0.5) ? d.one_of(sizes) : t->stride[d.pick(0, 3)] + d.pick(-2, 2); break;
+    case 2: t->rank = static_cast<int>(d.pick(-1, 5)); break;
+    case 3: t->dtype = static_cast<DType>(d.pick(-1, 5)); break;
+    case 4:  // another device: never the GPU's for host buffers when a GPU could run them
+      t->device = static_cast<Device>(cuda_available() ? d.one_of({2, 7, -1}) : d.pick(-1, 2));
+      break;
+    case 5: t->data = nullptr; break;
+    default: *t = TensorView{}; break;
+  }
+}
+
+// Any view now claiming more than its buffer gets a null pointer (so a call must refuse it).
+void keep_claims_within_buffers(Views* v) {
+  for (size_t i = 0; i < v->all.size(); ++i) {
+    TensorView* t = v->all[i];
+    const int64_t claim = claimed_bytes(*t);
+    if (claim < 0 || claim > v->buffer_bytes[i]) t->data = nullptr;
+  }
+}
+
+void mutate_options(Draw& d, AttentionOptions* o) {
+  const float floats[] = {NAN, INFINITY, -INFINITY, 0.f, -1.f, 1e-30f, 1e30f, 0.125f, 5.f};
+  const int64_t windows[] = {-7, -2, -1, 0, 1, 3, 100, int64_t{1} << 40, std::numeric_limits<int64_t>::max()};
+  switch (d.pick(0, 4)) {
+    case 0: o->softmax_scale = d.one_of(floats); break;
+    case 1: o->softcap = d.one_of(floats); break;
+    case 2: o->window_left = d.one_of(windows); break;
+    case 3: o->window_right = d.one_of(windows); break;
+    default: o->causal = !o->causal; break;
+  }
+}
+
+bool known_code(const Status& s) {
+  const int c = static_cast<int>(s.code);
+  return c >= 0 && c <= static_cast<int>(StatusCode::internal) && (s.ok() || !s.message.empty());
+}
+
+// The C ABI view of a C++ tensor view.
+fa_tensor to_c(const TensorView& t) {
+  fa_tensor c{};
+  c.data = t.data;
+  c.dtype = static_cast<int32_t>(t.dtype);
+  c.device = static_cast<int32_t>(t.device);
+  c.rank = t.rank;
+  for (int i = 0; i < TensorView::kMaxRank; ++i) c.shape[i] = t.shape[i], c.stride[i] = t.stride[i];
+  return c;
+}
+
+// The same forward through the C ABI, with its own struct-level mutations; the code must be the
+// C++ call's unless a mutation changed what the call means.
+void fuzz_c_abi(Draw& d, const ForwardArgs& f, const Status& cpp) {
+  fa_options o;
+  fa_options_init(&o);
+  o.has_softmax_scale = f.options.softmax_scale.has_value();
+  o.softmax_scale = f.options.softmax_scale.value_or(0.f);
+  o.causal = f.options.causal;
+  o.window_left = f.options.window_left;
+  o.window_right = f.options.window_right;
+  o.softcap = f.options.softcap;
+  fa_args a;
+  fa_args_init(&a);
+  a.q = to_c(f.q), a.k = to_c(f.k), a.v = to_c(f.v), a.out = to_c(f.out), a.lse = to_c(f.lse);
+  a.cu_seqlens_q = to_c(f.cu_seqlens_q), a.cu_seqlens_k = to_c(f.cu_seqlens_k);
+  a.max_seqlen_q = f.max_seqlen_q, a.max_seqlen_k = f.max_seqlen_k;
+  a.options = &o;
+  a.path = f.path.c_str();
+  a.workspace = f.workspace, a.workspace_bytes = f.workspace_bytes;
+  char msg[256];
+  const int same = fa_forward(&a, msg, sizeof msg);
+  EXPECT_EQ(same, static_cast<int>(cpp.code)) << "C ABI and C++ disagree: " << msg << " / " << cpp.message;
+  // Struct-level garbage: the library must answer with a code, never crash or read past struct_size.
+  struct {
+    fa_args args;
+    unsigned char tail[32];
+  } caller;
+  std::memset(&caller, static_cast<int>(d.pick(0, 255)), sizeof caller);
+  std::memcpy(&caller.args, &a, sizeof a);
+  struct {
+    fa_options options;
+    unsigned char tail[32];
+  } options_caller;  // a struct_size may claim the tail, never more than the caller has
+  std::memset(&options_caller, static_cast<int>(d.pick(0, 255)), sizeof options_caller);
+  options_caller.options = o;
+  const size_t sizes[] = {0, 1, FA_ARGS_SIZE_V1, sizeof(fa_args), sizeof caller, size_t{1} << 40};
+  const size_t option_sizes[] = {0, 1, FA_OPTIONS_SIZE_V1, sizeof(fa_options), sizeof options_caller, size_t{1} << 40};
+  caller.args.struct_size = d.one_of(sizes);
+  caller.args.options = &options_caller.options;
+  if (d.chance(0.3)) options_caller.options.struct_size = d.one_of(option_sizes);
+  if (d.chance(0.2)) caller.args.options = nullptr;
+  const int code = fa_forward(&caller.args, msg, sizeof msg);
+  EXPECT_TRUE(code >= 0 && code <= static_cast<int>(StatusCode::internal)) << code;
+  EXPECT_TRUE(code == 0 || msg[0] != '\0');
+  std::size_t bytes = 0;
+  const int ws = fa_forward_workspace_size(&caller.args, &bytes, msg, sizeof msg);
+  EXPECT_TRUE(ws >= 0 && ws <= static_cast<int>(StatusCode::internal));
+}
+
+struct Tally {
+  int64_t accepted = 0, compared = 0;
+};
+
+template <class Args>
+void call_and_check(Draw& d, Args a, Problem& p, const Views& v, Tally* tally) {
+  const char* paths[] = {"auto", "cpu", "sm80", "", "nope"};
+  if (d.chance(0.2)) a.path = d.one_of(paths);
+  std::size_t bytes = 0;
+  Status ws;
+  if constexpr (std::is_same_v<Args, ForwardArgs>) {
+    ws = forward_workspace_size(a, &bytes);
+  } else {
+    ws = backward_workspace_size(a, &bytes);
+  }
+  ASSERT_TRUE(known_code(ws)) << ws.message;
+  std::vector<unsigned char> workspace(ws.ok() ? bytes + 16 : 0);
+  if (ws.ok() && bytes > 0) a.workspace = workspace.data(), a.workspace_bytes = bytes;
+  const Status sup = supports(a);
+  EXPECT_EQ(sup.code, ws.code) << "supports() and the workspace query disagree: " << sup.message << " / " << ws.message;
+  if constexpr (std::is_same_v<Args, ForwardArgs>) {
+    for (HostTensor* t : {&p.out, &p.lse}) t->poison();
+  } else {
+    for (HostTensor* t : {&p.dq, &p.dk, &p.dv}) t->poison();
+  }
+  for (HostTensor* t : {&p.q, &p.k, &p.v, &p.cu_q, &p.cu_k, &p.out, &p.lse, &p.dq, &p.dk, &p.dv}) {
+    if (t->valid()) t->snapshot();
+  }
+  Status run;
+  if constexpr (std::is_same_v<Args, ForwardArgs>) {
+    run = forward(a);
+  } else {
+    run = backward(a);
+  }
+  ASSERT_TRUE(known_code(run)) << run.message;
+  tally->accepted += run.ok() ? 1 : 0;
+  EXPECT_EQ(run.code, ws.code) << "the run and the workspace query disagree: " << run.message << " / " << ws.message;
+  if constexpr (std::is_same_v<Args, ForwardArgs>) {
+    if (run.ok() && !v.layout_mutated) {  // the options the call was accepted with are the case's now
+      p.c.softmax_scale = a.options.softmax_scale;
+      p.c.causal = a.options.causal;
+      p.c.window_left = a.options.window_left;
+      p.c.window_right = a.options.window_right;
+      p.c.softcap = a.options.softcap;
+      expect_forward_matches(p);
+      ++tally->compared;
+    }
+    fuzz_c_abi(d, a, run);  // last: its own calls may overwrite out with other options
+  }
+}
+
+TEST(Fuzz, EveryCallAnswersAndAcceptedCallsAreRight) {
+  const int64_t iterations = std::stoll(test_flag("fuzz-iterations", "300"));
+  const uint64_t given = std::stoull(test_flag("fuzz-seed", "0"));
+  const uint64_t first = given != 0 ? given : process_seed();
+  Tally tally;
+  int64_t failed = 0;
+  for (int64_t i = 0; i < iterations && !HasFatalFailure(); ++i) {
+    const int failures_before = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
+    Draw d{std::mt19937_64(first + i)};
+    Rng inputs(first + i);
+    Case c = random_small_case(d);
+    Problem p = make_problem(c, inputs);
+    DeviceMirror host{Backend::host()};
+    const bool backward_call = d.chance(0.4);
+    ForwardArgs f = p.forward_args(host);
+    BackwardArgs b = p.backward_args(host);
+    Views v;
+    const auto add = [&](TensorView* t, const HostTensor& h) {
+      v.all.push_back(t);
+      v.buffer_bytes.push_back(h.valid() ? static_cast<int64_t>(h.storage_bytes() - h.view_byte_offset()) : 0);
+    };
+    AttentionArgs& common = backward_call ? static_cast<AttentionArgs&>(b) : static_cast<AttentionArgs&>(f);
+    add(&common.q, p.q), add(&common.k, p.k), add(&common.v, p.v);
+    add(&common.cu_seqlens_q, p.cu_q), add(&common.cu_seqlens_k, p.cu_k);
+    if (backward_call) {
+      add(&b.out, p.out), add(&b.lse, p.lse), add(&b.dout, p.dout), add(&b.dq, p.dq), add(&b.dk, p.dk), add(&b.dv, p.dv);
+    } else {
+      add(&f.out, p.out), add(&f.lse, p.lse);
+    }
+    const int64_t mutations = d.pick(0, 3);
+    for (int64_t m = 0; m < mutations; ++m) {
+      switch (d.pick(0, 3)) {
+        case 0: mutate_view(d, v.all[d.pick(0, v.all.size() - 1)], &v); break;
+        case 1: mutate_options(d, &common.options); break;
+        case 2:
+          if (c.is_varlen()) {  // offsets: the host validation reads and checks them
+            p.cu_q.fill_i32({int32_t(d.pick(-3, 12)), int32_t(d.pick(-3, 30)), int32_t(d.pick(-3, 40))});
+            v.layout_mutated = true;
+          }
+          break;
+        default:
+          common.max_seqlen_q = d.pick(-2, 20), common.max_seqlen_k = d.pick(-2, 20);
+          v.layout_mutated = v.layout_mutated || c.is_varlen();
+          break;
+      }
+    }
+    keep_claims_within_buffers(&v);
+    if (backward_call) {
+      call_and_check(d, b, p, v, &tally);
+    } else {
+      call_and_check(d, f, p, v, &tally);
+    }
+    const int failures_now = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
+    if (failures_now > failures_before && failed++ < 5) ADD_FAILURE() << "iteration " << i << ": replay with --fuzz-seed=" << first + i << " --fuzz-iterations=1";
+  }
+  std::printf("[  FUZZ    ] corpus: %lld mutated calls from seed %llu; %lld accepted, %lld of them checked against the "
+              "reference; crashes: 0 (the process is still here); failing iterations: %lld\n",
+              static_cast<long long>(iterations), static_cast<unsigned long long>(first),
+              static_cast<long long>(tally.accepted), static_cast<long long>(tally.compared), static_cast<long long>(failed));
+}
+
+}  // namespace
+}  // namespace fa_test

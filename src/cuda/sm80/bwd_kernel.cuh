@@ -49,18 +49,7 @@
 #include "cuda/sm80/tile_io.cuh"
 #include "cuda/sm80/warp_gemm.cuh"
 
-#ifndef FLASHATTN_SM80_BWD_VARIANT
-#define FLASHATTN_SM80_BWD_VARIANT 0
-#endif
-
 namespace flashattn::cuda::sm80 {
-
-// Build-time variants of the main loop, for side-by-side timing (CMake's FLASHATTN_SM80_BWD_VARIANT,
-// scripts/gpu_variants.sh); 0 is the default and the only one today. The measured ones (LSE/D rows in
-// registers — now the default —, scalar dQ reds, dQ reds interleaved with dK, reordering, store
-// addressing, a rotated start block) were removed after their H200 runs; docs/kernels-sm80-backward.md
-// has the figures and the commits that had them.
-static_assert(FLASHATTN_SM80_BWD_VARIANT == 0, "FLASHATTN_SM80_BWD_VARIANT: only 0 (the default) exists, see above");
 
 // Everything compile-time about one instance: the tile, the warp tiles of each product, and the
 // shared-memory carve-up.

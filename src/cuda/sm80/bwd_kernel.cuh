@@ -45,7 +45,9 @@
 #include "cuda/sm80/bwd_gemm.cuh"
 #include "cuda/sm80/bwd_loads.cuh"
 #include "cuda/sm80/bwd_params.cuh"
+#include "cuda/sm80/bwd_dq.cuh"
 #include "cuda/sm80/bwd_shape.cuh"
+#include "cuda/sm80/bwd_step.cuh"
 #include "cuda/sm80/scheduler.cuh"
 #include "cuda/sm80/bwd_tile.cuh"
 #include "cuda/sm80/hooks.cuh"
@@ -56,14 +58,6 @@
 namespace flashattn::cuda::sm80 {
 
 
-
-// The highest key block that visits the query tile at m0 under a right-bounded mask, consistent
-// with Mask::m_block_begin (key block n visits it only if n·bn ≤ m0 + bm − 1 + diag + right) and
-// m_block_end (monotone in n, so if key block n visits the tile, every key block up to this one
-// does). Only called for tiles some key block visits, so the division sees a non-negative value.
-__device__ __forceinline__ int last_key_block_visiting(const Mask& mask, int m0, int bm, int bn) {
-  return imin(ceil_div(mask.seqlen_k, bn) - 1, (m0 + bm - 1 + mask.diag() + mask.right) / bn);
-}
 
 // The work of one thread block: part `part` of `parts` (consecutive ranges of the loop steps) of
 // grid block `grid_block`. bwd_main_kernel runs whole blocks (part 0 of 1, compile-time constants,
@@ -118,12 +112,7 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
   const BwdStepOrder<kBM> order{p, b, seq, ws_row0, m_start, m_stop};
   const BwdLoads<Sh> load{p, seq, s_base, tid};
   const auto counter_of = [&](const BwdStep& s) { return p.counters + s.ws_row / kBM; };
-  // dQ's accumulator tile is in fragment order (DqLayout): this lane's first element is at
-  // kDq.index(w.q_row0 + g, w.q_col0 + 2t), its element (16mi + 8half, 8ni) at kDq.index(16mi + 8half,
-  // 8ni) from there. The lane's part is held across the loop where lane values are rematerialized
-  // anyway (remat_lane tiles) and recomputed per step elsewhere: each choice is the spill-free one.
-  constexpr DqLayout kDq(Sh::kTile, dq_red_width(Sh::kTile));
-  const int dq_lane_held = kDq.index(w.q_row0 + lane / 4, w.q_col0 + 2 * (lane % 4));
+  const DqLane<Sh> dq{DqLane<Sh>::index(w, lane / 4, lane % 4)};
 
   if (steps > 0) {
     load.kv(b, h_kv, n0);
@@ -230,18 +219,11 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
         }
       }
 
-      if (p.deterministic && tid == 0) {
-        // Our turn for this query tile: every key block before us in the order has added.
-        const int32_t turn = key_order == KeyBlockOrder::descending ? last_key_block_visiting(mask, m0, kBM, kBN) - n_block
-                                        : n_block - mask.n_block_begin(m0, kBN);
-        const int32_t* counter = counter_of(step);
-        while (ptx::ld_acquire_s32(counter) != turn) {
-        }
-      }
+      wait_dq_turn<kBM, kBN>(p, mask, ix, key_order, m0, step.ws_row, tid);
       __syncthreads();  // P and dS visible to all warps
 
       // ---- dV += Pᵀ·dO --------------------------------------------------------------------------
-      gemm_atb<Elem, TileP, TileQ, Sh::kMtKV, Sh::kNtKV, kBM / 16>(acc_dv, s_p, w.kv_row0, s_do, w.kv_col0, lane);
+      accumulate_dv<Elem, Sh>(acc_dv, s_p, s_do, w, lane);
       if constexpr (kStages == 1) {
         if (has_next) {
           __syncthreads();  // everyone is done with dO, LSE and D
@@ -254,38 +236,11 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
       {
         float acc_dq[Sh::kMtQ][Sh::kNtQ][4] = {};
         gemm_ab<Elem, TileP, TileK, Sh::kMtQ, Sh::kNtQ, kBN / 16>(acc_dq, s_ds, w.q_row0, s_k, w.q_col0, lane);
-        // This lane's first element; every other one is a compile-time offset from it. Columns at
-        // or past hdim_qk (a multiple of 8: whole n-tiles) are zero and not added.
-        float* dq_lane = opaque(p.dq_accum + step.ws_row * kD +
-                               (Sh::kTile.remat_lane ? dq_lane_held : kDq.index(w.q_row0 + g, w.q_col0 + 2 * t)));
-        const int cols_left = p.hdim_qk - w.q_col0;
-        const auto add_dq = [&](auto all_columns) {
-#pragma unroll
-          for (int mi = 0; mi < Sh::kMtQ; ++mi) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-#pragma unroll
-              for (int ni = 0; ni < Sh::kNtQ; ++ni) {
-                if (!decltype(all_columns)::value && 8 * ni >= cols_left) continue;
-                const float* c = acc_dq[mi][ni];
-                if constexpr (dq_red_width(Sh::kTile) == 4) {  // one red per C fragment (both halves)
-                  if (half == 0) ptx::red_add_v4_f32(dq_lane + kDq.index(16 * mi, 8 * ni), c[0], c[1], c[2], c[3]);
-                } else {
-                  ptx::red_add_v2_f32(dq_lane + kDq.index(16 * mi + 8 * half, 8 * ni), c[2 * half], c[2 * half + 1]);
-                }
-              }
-            }
-          }
-        };
-        if (cols_left >= Sh::kTdQ) {
-          add_dq(std::true_type{});  // the common case: no per-add branch
-        } else {
-          add_dq(std::false_type{});
-        }
+        add_dq<Sh>(p, acc_dq, step.ws_row, dq, w, g, t);
       }
 
       // ---- dK += dSᵀ·Q --------------------------------------------------------------------------
-      gemm_atb<Elem, TileP, TileQ, Sh::kMtKV, Sh::kNtKV, kBM / 16>(acc_dk, s_ds, w.kv_row0, s_q, w.kv_col0, lane);
+      accumulate_dk<Elem, Sh>(acc_dk, s_ds, s_q, w, lane);
       if constexpr (kStages == 1) {
         if (has_next) {
           __syncthreads();  // everyone is done with Q

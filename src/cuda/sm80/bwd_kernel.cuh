@@ -20,44 +20,35 @@
 // Split tail (bwd_params.cuh): the grid's last, partial wave runs as parts of blocks, in a second
 // kernel with the same body (bwd_tail_kernel, at the end of this file).
 //
-// Deterministic mode: the dQ additions of the key blocks into one query tile happen in a fixed
-// key-block order. counters[hq][query tile] counts the key blocks done; a key block waits (thread
-// 0 spins, then the block barrier) until the counter equals its position in that order, adds, and
-// bumps it with a release after the next barrier. The order is ascending key blocks, except for
-// masks with a right edge (causal, local), where it is descending and the grid starts from the
-// last key block: a key block's first query tiles (on the diagonal) are then visited by no higher
-// block, so blocks start without waiting, where ascending order would park every block on its
-// first tile until key block 0 had walked down to it. Either way the blocks a block waits on have
-// lower block indices, so they started first: every wait is on a block that is running or done.
+// Deterministic mode (a fixed order of the dQ additions per query tile): bwd_dq.cuh.
+//
+// Pieces: bwd_shape.cuh (tile, warp tiles, smem carve-up), scheduler.cuh (grid block → key block;
+// the step order), bwd_loads.cuh (tile loads), hooks.cuh (score and probability hooks), bwd_step.cuh
+// (dV, dK products), bwd_dq.cuh (dQ reds, deterministic order), bwd_epilogue.cuh (dK, dV stores,
+// split-tail sums). S → P → dS stays written out in the loop: moved into functions, it changed the
+// PTX (docs/kernels-sm80-backward.md, "Where the pieces are").
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/common/mask.cuh"
-#include "cuda/common/scores.cuh"
 #include "cuda/common/seqlen.cuh"
+#include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/griddep.cuh"
-#include "cuda/ptx/ld_acquire.cuh"
 #include "cuda/ptx/math.cuh"
 #include "cuda/ptx/red.cuh"
+#include "cuda/sm80/bwd_dq.cuh"
 #include "cuda/sm80/bwd_epilogue.cuh"
 #include "cuda/sm80/bwd_gemm.cuh"
 #include "cuda/sm80/bwd_loads.cuh"
 #include "cuda/sm80/bwd_params.cuh"
-#include "cuda/sm80/bwd_dq.cuh"
 #include "cuda/sm80/bwd_shape.cuh"
 #include "cuda/sm80/bwd_step.cuh"
-#include "cuda/sm80/scheduler.cuh"
-#include "cuda/sm80/bwd_tile.cuh"
 #include "cuda/sm80/hooks.cuh"
-#include "cuda/sm80/smem_tile.cuh"
-#include "cuda/sm80/tile_io.cuh"
+#include "cuda/sm80/scheduler.cuh"
 #include "cuda/sm80/warp_gemm.cuh"
 
 namespace flashattn::cuda::sm80 {
-
-
 
 // The work of one thread block: part `part` of `parts` (consecutive ranges of the loop steps) of
 // grid block `grid_block`. bwd_main_kernel runs whole blocks (part 0 of 1, compile-time constants,
@@ -74,9 +65,6 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
-  // grid_block = n + num_n_blocks · (kv head + heads_kv · b): key blocks fastest, so the blocks
-  // reading one head's Q and dO run together. Key block n_block = n, lowest first (the longest
-  // causal ones first); deterministic with a right-bounded mask: n_block = last − n (see the top).
   const KeyBlockOrder key_order = key_block_order(p);
   const BwdBlockIndex ix = bwd_block_index(p, grid_block, key_order);
   const int n_block = ix.n_block, h_kv = ix.h_kv, b = ix.b;
@@ -106,12 +94,9 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
   float acc_dk[Sh::kMtKV][Sh::kNtKV][4] = {};
   float acc_dv[Sh::kMtKV][Sh::kNtKV][4] = {};
 
-  // Step (query head hq, query block at m0), built from scratch; order.after(s) is the next one:
-  // the next query block of the same head, or the first of the next head of the group.
   const int m_start = m_begin * kBM, m_stop = (m_begin + num_m) * kBM;
   const BwdStepOrder<kBM> order{p, b, seq, ws_row0, m_start, m_stop};
   const BwdLoads<Sh> load{p, seq, s_base, tid};
-  const auto counter_of = [&](const BwdStep& s) { return p.counters + s.ws_row / kBM; };
   const DqLane<Sh> dq{DqLane<Sh>::index(w, lane / 4, lane % 4)};
 
   if (steps > 0) {
@@ -134,7 +119,9 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
       __syncthreads();  // this step's tiles landed; last step's readers of every buffer are done
       const int lane = Sh::kTile.remat_lane ? opaque(threadIdx.x % 32) : threadIdx.x % 32;  // see opaque()
       const int g = lane / 4, t = lane % 4;
-      if (p.deterministic && it > 0 && tid == 0) ptx::red_release_add_s32(p.counters + order.ws_row_before(step) / kBM, 1);
+      if (p.deterministic && it > 0 && tid == 0) {
+        ptx::red_release_add_s32(dq_tile_counter<kBM>(p.counters, order.ws_row_before(step)), 1);  // the last step's
+      }
       if (kStages == 2 && has_next) {
         const BwdStep next = order.after(step);
         load.q(next, stage ^ 1);
@@ -146,26 +133,14 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
       float acc_s[Sh::kMtS][Sh::kNtS][4] = {};
       gemm_ss<Elem, TileQ, TileK, Sh::kMtS, Sh::kNtS, kD / 16>(acc_s, ldsm_a_addr<TileQ>(s_q, w.s_row0, lane),
                                                                ldsm_b_addr<TileK>(s_k, w.s_col0, lane), 0);
-      // Scores as the forward sees them: plain (scale folded into the exp2 below), prescaled
-      // (scale ≤ 0) or soft-capped (cap·log2e·tanh); with softcap acc_s keeps these log2-domain
-      // scores, and dS recomputes P and tanh from them.
-      transform_scores(acc_s, p.scores);
-      if (mask.tile_needs_mask(m0, kBM, n0, kBN)) mask_accumulator(acc_s, mask, m0 + w.s_row0, n0 + w.s_col0, lane);
+      // The score hook: scores as the forward sees them, plain (scale folded into the exp2 below),
+      // prescaled (scale ≤ 0) or soft-capped (cap·log2e·tanh); then the mask on boundary tiles. With
+      // softcap acc_s keeps these log2-domain scores, and dS recomputes P and tanh from them.
+      score_hook<kBM, kBN>(acc_s, p.scores, mask, m0, n0, w.s_row0, w.s_col0, lane);
       const float exp_mult = p.scores.exp_mult;
-      // The lane's LSE·log2e rows (and below, D) are read as one batch before the loop that uses
-      // them, not one shared load per row inside it: one exposed shared-memory latency instead of
-      // one per row (measured +1…+7 %, most at hdim 64, where a warp's S tile has 64 rows).
+      // The lane's LSE·log2e rows (and below, D) are read as one batch before the loop (load_rows).
       float lse_r[Sh::kMtS][2], dsum_r[Sh::kMtS][2];
-      const auto load_rows = [&](float(&dst)[Sh::kMtS][2], const float* src) {
-#pragma unroll
-        for (int mi = 0; mi < Sh::kMtS; ++mi) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) dst[mi][half] = src[w.s_row0 + 16 * mi + 8 * half + g];
-        }
-      };
-      load_rows(lse_r, s_lse);
-      // Byte offset in P's (and dS's) tile of this lane's column pair of n-tile ni in row r.
-      const auto p_offset = [&](int r, int ni) -> uint32_t { return TileP::elem_offset(r, w.s_col0 + 8 * ni + 2 * t); };
+      load_rows<Sh>(lse_r, s_lse, w.s_row0, g);
 #pragma unroll
       for (int mi = 0; mi < Sh::kMtS; ++mi) {
 #pragma unroll
@@ -175,13 +150,14 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
 #pragma unroll
           for (int ni = 0; ni < Sh::kNtS; ++ni) {
             float* x = &acc_s[mi][ni][2 * half];
-            const float p0 = ptx::exp2_approx(fmaf(x[0], exp_mult, neg_lse));
-            const float p1 = ptx::exp2_approx(fmaf(x[1], exp_mult, neg_lse));
+            float p0 = ptx::exp2_approx(fmaf(x[0], exp_mult, neg_lse));
+            float p1 = ptx::exp2_approx(fmaf(x[1], exp_mult, neg_lse));
+            probability_hook(p0, p1, m0 + r, n0 + w.s_col0 + 8 * ni + 2 * t);  // softcap: dS recomputes P
             if constexpr (!kSoftcap) {
               x[0] = p0;
               x[1] = p1;
             }
-            *reinterpret_cast<uint32_t*>(smem + Sh::kOffP + p_offset(r, ni)) = ptx::pack2<Elem>(p0, p1);
+            *reinterpret_cast<uint32_t*>(smem + Sh::kOffP + p_offset<Sh>(r, ni, w.s_col0, t)) = ptx::pack2<Elem>(p0, p1);
           }
         }
       }
@@ -191,7 +167,7 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
         float acc_dp[Sh::kMtS][Sh::kNtS][4] = {};
         gemm_ss<Elem, TileQ, TileK, Sh::kMtS, Sh::kNtS, kD / 16>(acc_dp, ldsm_a_addr<TileQ>(s_do, w.s_row0, lane),
                                                                  ldsm_b_addr<TileK>(s_v, w.s_col0, lane), 0);
-        load_rows(dsum_r, s_dsum);
+        load_rows<Sh>(dsum_r, s_dsum, w.s_row0, g);
 #pragma unroll
         for (int mi = 0; mi < Sh::kMtS; ++mi) {
 #pragma unroll
@@ -213,7 +189,7 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
                   ds[e] *= fmaf(-th, th, 1.f);
                 }
               }
-              *reinterpret_cast<uint32_t*>(smem + Sh::kOffDs + p_offset(r, ni)) = ptx::pack2<Elem>(ds[0], ds[1]);
+              *reinterpret_cast<uint32_t*>(smem + Sh::kOffDs + p_offset<Sh>(r, ni, w.s_col0, t)) = ptx::pack2<Elem>(ds[0], ds[1]);
             }
           }
         }
@@ -252,7 +228,7 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
     }
     if (p.deterministic) {
       __syncthreads();  // every thread's dQ additions of the last step come before the release
-      if (tid == 0) ptx::red_release_add_s32(counter_of(step), 1);  // the last step's
+      if (tid == 0) ptx::red_release_add_s32(dq_tile_counter<kBM>(p.counters, step.ws_row), 1);  // the last step's
     }
   }
 

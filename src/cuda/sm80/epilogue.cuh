@@ -1,5 +1,5 @@
 // The sm80 forward epilogue: O and LSE stores, O through shared memory for coalesced stores. (The
-// backward's dK, dV epilogue is still inside bwd_kernel.cuh.)
+// backward's dK, dV epilogue: bwd_epilogue.cuh.)
 #pragma once
 
 #include <cstdint>

@@ -29,16 +29,6 @@ struct FwdTileShape {
 // 227 KB; A100: 163 KB; Ada: 99 KB). Shapes for such GPUs may use up to this much.
 inline constexpr std::size_t kFwdBigSmemBytes = 192 * 1024;
 
-// Build-time variants for side-by-side timing (-DFLASHATTN_SM80_FWD_VARIANT=N, forward.cmake;
-// scripts/gpu_variants.sh); 0 is the default and the only one today. The measured ones (two K/V
-// stages at D = 256, skipping idle O rescales, other D = 128 and D = 256 shapes, {64, 32, 4, 2} at
-// D = 256) were removed after their H200 runs; docs/kernels-sm80-forward.md ("Build variants") has
-// the figures and the commits that had them.
-#ifndef FLASHATTN_SM80_FWD_VARIANT
-#define FLASHATTN_SM80_FWD_VARIANT 0
-#endif
-static_assert(FLASHATTN_SM80_FWD_VARIANT == 0, "FLASHATTN_SM80_FWD_VARIANT: only 0 (the default) exists, see above");
-
 // Chosen for H100/H200 (and valid on A100: every shape's shared memory is ≤ 163 KB unless
 // big_smem), after FlashAttention-2's tuned shapes; see docs/kernels-sm80-forward.md. dtype does
 // not change the shape today; it is a parameter so that it can. Masking does not change it either

@@ -13,13 +13,11 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
-#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "flashattn/flashattn.hpp"
@@ -27,32 +25,53 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 
+// A tensor from Python: the tuple (data_ptr, dtype code, device code, shape, strides) read straight
+// into a TensorView (dtype and device use the codes of DType and Device; shape and strides are
+// tuples, e.g. torch.Size). Read with the C API rather than through std::vector casters: a backward
+// passes nine of them per call, and their conversion was most of the binding's time.
+namespace nanobind::detail {
+template <>
+struct type_caster<flashattn::TensorView> {
+  NB_TYPE_CASTER(flashattn::TensorView, const_name("tuple[int, int, int, tuple[int, ...], tuple[int, ...]]"))
+
+  bool from_python(handle src, uint8_t, cleanup_list*) noexcept {
+    PyObject* t = src.ptr();
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 5) return false;
+    PyObject* shape = PyTuple_GET_ITEM(t, 3);
+    PyObject* stride = PyTuple_GET_ITEM(t, 4);
+    if (!PyTuple_Check(shape) || !PyTuple_Check(stride)) return false;
+    value = flashattn::TensorView{};
+    value.data = PyLong_AsVoidPtr(PyTuple_GET_ITEM(t, 0));
+    value.dtype = static_cast<flashattn::DType>(PyLong_AsLong(PyTuple_GET_ITEM(t, 1)));
+    value.device = static_cast<flashattn::Device>(PyLong_AsLong(PyTuple_GET_ITEM(t, 2)));
+    const Py_ssize_t rank = PyTuple_GET_SIZE(shape);
+    // A rank the API cannot hold is passed on as -1, which validation reports by name.
+    const bool fits = rank <= flashattn::TensorView::kMaxRank && PyTuple_GET_SIZE(stride) == rank;
+    value.rank = fits ? static_cast<int>(rank) : -1;
+    for (Py_ssize_t i = 0; fits && i < rank; ++i) {
+      value.shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+      value.stride[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride, i));
+    }
+    if (PyErr_Occurred()) {  // a non-integer somewhere: not a tensor tuple
+      PyErr_Clear();
+      return false;
+    }
+    return true;
+  }
+
+  static handle from_cpp(const flashattn::TensorView&, rv_policy, cleanup_list*) noexcept { return none().release(); }
+};
+}  // namespace nanobind::detail
+
 namespace flashattn {
 namespace {
 
-// (data_ptr, dtype, device, shape, strides): dtype and device use the codes of DType and Device.
-using PyTensor = std::tuple<std::uintptr_t, int, int, std::vector<int64_t>, std::vector<int64_t>>;
-using OptTensor = std::optional<PyTensor>;
+using OptTensor = std::optional<TensorView>;
 
-TensorView view_of(const OptTensor& t) {
-  TensorView v;
-  if (!t) return v;  // absent: the empty view
-  const auto& [data, dtype, device, shape, stride] = *t;
-  v.data = reinterpret_cast<void*>(data);
-  v.dtype = static_cast<DType>(dtype);
-  v.device = static_cast<Device>(device);
-  // A rank the API cannot hold is passed on as -1, which validation reports by name.
-  const bool fits = shape.size() <= TensorView::kMaxRank && stride.size() == shape.size();
-  v.rank = fits ? static_cast<int>(shape.size()) : -1;
-  for (int i = 0; fits && i < v.rank; ++i) {
-    v.shape[i] = shape[i];
-    v.stride[i] = stride[i];
-  }
-  return v;
-}
+TensorView view_of(const OptTensor& t) { return t ? *t : TensorView{}; }  // absent: the empty view
 
 // The keyword arguments every entry point shares, in the order they are declared to nanobind
-// (kCommonArgs below): varlen offsets and maxima, AttentionOptions' fields, path and stream.
+// (FLASHATTN_COMMON_ARGS below): varlen offsets and maxima, AttentionOptions' fields, path and stream.
 struct Common {
   OptTensor cu_seqlens_q, cu_seqlens_k;
   int64_t max_seqlen_q, max_seqlen_k;
@@ -61,10 +80,10 @@ struct Common {
   std::uintptr_t stream;
 };
 
-void fill(AttentionArgs* a, const PyTensor& q, const PyTensor& k, const PyTensor& v, const Common& c) {
-  a->q = view_of(q);
-  a->k = view_of(k);
-  a->v = view_of(v);
+void fill(AttentionArgs* a, const TensorView& q, const TensorView& k, const TensorView& v, const Common& c) {
+  a->q = q;
+  a->k = k;
+  a->v = v;
   a->cu_seqlens_q = view_of(c.cu_seqlens_q);
   a->cu_seqlens_k = view_of(c.cu_seqlens_k);
   a->max_seqlen_q = c.max_seqlen_q;
@@ -86,7 +105,7 @@ Common common(OptTensor cu_seqlens_q, OptTensor cu_seqlens_k, int64_t max_seqlen
   return {std::move(cu_seqlens_q), std::move(cu_seqlens_k), max_seqlen_q, max_seqlen_k, o, std::move(path), stream};
 }
 
-ForwardArgs forward_args(const PyTensor& q, const PyTensor& k, const PyTensor& v, const OptTensor& out,
+ForwardArgs forward_args(const TensorView& q, const TensorView& k, const TensorView& v, const OptTensor& out,
                          const OptTensor& lse, const Common& c) {
   ForwardArgs a;
   fill(&a, q, k, v, c);
@@ -95,17 +114,17 @@ ForwardArgs forward_args(const PyTensor& q, const PyTensor& k, const PyTensor& v
   return a;
 }
 
-BackwardArgs backward_args(const PyTensor& q, const PyTensor& k, const PyTensor& v, const PyTensor& out,
-                           const PyTensor& lse, const PyTensor& dout, const PyTensor& dq, const PyTensor& dk,
-                           const PyTensor& dv, bool deterministic, const Common& c) {
+BackwardArgs backward_args(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                           const TensorView& lse, const TensorView& dout, const TensorView& dq, const TensorView& dk,
+                           const TensorView& dv, bool deterministic, const Common& c) {
   BackwardArgs a;
   fill(&a, q, k, v, c);
-  a.out = view_of(out);
-  a.lse = view_of(lse);
-  a.dout = view_of(dout);
-  a.dq = view_of(dq);
-  a.dk = view_of(dk);
-  a.dv = view_of(dv);
+  a.out = out;
+  a.lse = lse;
+  a.dout = dout;
+  a.dq = dq;
+  a.dk = dk;
+  a.dv = dv;
   a.deterministic = deterministic;
   return a;
 }
@@ -140,7 +159,7 @@ nb::object query_alloc_run(Args& a, const std::optional<nb::callable>& alloc, Si
   return status_or_none(s);
 }
 
-nb::object py_forward(const PyTensor& q, const PyTensor& k, const PyTensor& v, const OptTensor& out,
+nb::object py_forward(const TensorView& q, const TensorView& k, const TensorView& v, const OptTensor& out,
                       const OptTensor& lse, OptTensor cu_seqlens_q, OptTensor cu_seqlens_k, int64_t max_seqlen_q,
                       int64_t max_seqlen_k, std::optional<float> softmax_scale, bool causal, int64_t window_left,
                       int64_t window_right, float softcap, std::string path, std::uintptr_t stream,
@@ -154,9 +173,9 @@ nb::object py_forward(const PyTensor& q, const PyTensor& k, const PyTensor& v, c
       [](const ForwardArgs& x) { return flashattn::forward(x); });
 }
 
-nb::object py_backward(const PyTensor& q, const PyTensor& k, const PyTensor& v, const PyTensor& out,
-                       const PyTensor& lse, const PyTensor& dout, const PyTensor& dq, const PyTensor& dk,
-                       const PyTensor& dv, bool deterministic, OptTensor cu_seqlens_q, OptTensor cu_seqlens_k,
+nb::object py_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                       const TensorView& lse, const TensorView& dout, const TensorView& dq, const TensorView& dk,
+                       const TensorView& dv, bool deterministic, OptTensor cu_seqlens_q, OptTensor cu_seqlens_k,
                        int64_t max_seqlen_q, int64_t max_seqlen_k, std::optional<float> softmax_scale, bool causal,
                        int64_t window_left, int64_t window_right, float softcap, std::string path,
                        std::uintptr_t stream, std::optional<nb::callable> workspace_alloc) {
@@ -169,7 +188,7 @@ nb::object py_backward(const PyTensor& q, const PyTensor& k, const PyTensor& v, 
       [](const BackwardArgs& x) { return flashattn::backward(x); });
 }
 
-std::string py_forward_path(const PyTensor& q, const PyTensor& k, const PyTensor& v, const OptTensor& out,
+std::string py_forward_path(const TensorView& q, const TensorView& k, const TensorView& v, const OptTensor& out,
                             const OptTensor& lse, OptTensor cu_seqlens_q, OptTensor cu_seqlens_k,
                             int64_t max_seqlen_q, int64_t max_seqlen_k, std::optional<float> softmax_scale,
                             bool causal, int64_t window_left, int64_t window_right, float softcap, std::string path,

@@ -76,10 +76,15 @@ def main():
     rows["  out + lse allocation"] = us_per_call(
         lambda: (_ops._empty((1, 128, 8, 64), q.dtype, q), _ops._empty((1, 8, 128), torch.float32, q)))
     rows["  _pad_head_dim x3"] = us_per_call(lambda: (_pad_head_dim(q), _pad_head_dim(k), _pad_head_dim(v)))
-    rows["  _C.forward_path (binding: 4 tuples + options)"] = us_per_call(
-        lambda: _C.forward_path(*views[:4], None, causal=False, path="auto"))
-    rows["  torch.autograd.grad of q * 2 (autograd's floor)"] = us_per_call(
-        lambda: torch.autograd.grad(qg * 2, (qg,), dout), 1000)
+    bviews = views + [_ops._view("dout", dout), _ops._view("dq", q), _ops._view("dk", k), _ops._view("dv", v)]
+    rows["  _C.forward, path 'nope' (binding, validation)"] = us_per_call(
+        lambda: _C.forward(*views, causal=False, path="nope", stream=0))
+    rows["  _C.backward, path 'nope' (binding, validation)"] = us_per_call(
+        lambda: _C.backward(*bviews, False, causal=False, path="nope", stream=0))
+    tiny = torch.randn(8, requires_grad=True)
+    ones = torch.ones(8)
+    rows["  torch.autograd.grad of 8 elements (autograd's floor)"] = us_per_call(
+        lambda: torch.autograd.grad(tiny * 2, (tiny,), ones), 1000)
     for name, us in rows.items():
         print(f"{name:52s} {us:8.2f} µs")
 

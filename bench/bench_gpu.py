@@ -211,7 +211,7 @@ def bench_cell(env, cell, variants=()):
         preps.append(prepare_library(env.fa, "flashattn", cell, x, base))
         for name, fv in variants:
             preps.append(prepare_library(fv, f"flashattn:{name}", cell, x, base))
-    preps.append(prepare_python(cell, x, base, preps[0]["row"].get("path") if preps else None))
+    preps.append(prepare_python(cell, x, base))
     if env.device == "cuda":
         if x.varlen:
             preps.append(prepare_torch_flash_varlen(cell, x, base))
@@ -269,7 +269,7 @@ def prepare_library(fa, impl, cell, x, base):
         return {"row": dict(impl=impl, **base, error=str(e)[:300])}
 
 
-def prepare_python(cell, x, base, path):
+def prepare_python(cell, x, base):
     """flashattn.flash_attn_func (or flash_attn_varlen_func) as a PyTorch user calls it: the forward
     on plain tensors (as the SDPA rows), the backward as torch.autograd.grad of the output (the
     forward outside the timed call, as the SDPA rows)."""
@@ -282,7 +282,7 @@ def prepare_python(cell, x, base, path):
             q, k, v, x.cu_seqlens, x.cu_seqlens, m, m, causal=causal)
     else:
         call = lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=causal)  # noqa: E731
-        path = flashattn.forward_path(x.q, x.k, x.v, causal=causal)
+    path = flashattn.forward_path(x.q, x.k, x.v, causal=causal, **x.varlen_kwargs())
     try:
         if cell["mode"] == "fwd":
             fn = lambda: call(x.q, x.k, x.v)  # noqa: E731

@@ -116,3 +116,10 @@ def test_no_grad_call_builds_no_graph():
     q, k, v = qkv(requires_grad=True)
     with torch.no_grad():
         assert flash_attn_func(q, k, v).grad_fn is None
+
+
+def test_forward_path_of_a_varlen_call():
+    q, k, v = (torch.randn(20, 2, 64) for _ in range(3))
+    cu = torch.tensor([0, 8, 20], dtype=torch.int32)
+    assert flashattn.forward_path(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=12, max_seqlen_k=12) == "cpu"
+    assert flashattn.forward_path(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=5, max_seqlen_k=12) == ""

@@ -359,11 +359,17 @@ def _backward(ctx, grad_out, grad_lse):
 fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
-def forward_path(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, path: str = "auto") -> str:
-    """The kernel family that would run this (padded-batch) forward: "cpu", "sm80", ... or "" if none."""
+def forward_path(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, path: str = "auto",
+                 cu_seqlens_q: Optional[Tensor] = None, cu_seqlens_k: Optional[Tensor] = None, max_seqlen_q: int = 0,
+                 max_seqlen_k: int = 0) -> str:
+    """The kernel family that would run this forward (padded, or varlen with the offsets given):
+    "cpu", "sm80", ... or "" if none."""
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     q, k, v = _usable(q), _usable(k), _usable(v)
-    out_shape, _ = _out_shapes(q, v, False)
-    out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
+    cu_seqlens_q, cu_q = _offsets("cu_seqlens_q", cu_seqlens_q)
+    cu_seqlens_k, cu_k = _offsets("cu_seqlens_k", cu_seqlens_k)
+    out = q.new_empty(_out_shapes(q, v, varlen)[0])
     stream = torch._C._cuda_getCurrentRawStream(q.get_device()) if q.is_cuda else 0
     return _C.forward_path(_view("q", q), _view("k", k), _view("v", v), _view("out", out), None,
-                           causal=causal, path=path, stream=stream)
+                           cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max_seqlen_q,
+                           max_seqlen_k=max_seqlen_k, causal=causal, path=path, stream=stream)

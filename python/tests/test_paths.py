@@ -123,3 +123,14 @@ def test_forward_path_of_a_varlen_call():
     cu = torch.tensor([0, 8, 20], dtype=torch.int32)
     assert flashattn.forward_path(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=12, max_seqlen_k=12) == "cpu"
     assert flashattn.forward_path(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=5, max_seqlen_k=12) == ""
+
+
+def test_meta_and_fake_tensors_take_the_custom_op():
+    """Shape inference on meta tensors (or under FakeTensorMode) gets the fake implementation."""
+    q, k, v = (torch.randn(2, 16, 4, 64, device="meta") for _ in range(3))
+    out = flash_attn_func(q, k, v, causal=True)
+    assert out.shape == (2, 16, 4, 64) and out.is_meta
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        q, k, v = (torch.randn(2, 16, 4, 64) for _ in range(3))
+        assert flash_attn_func(q, k, v).shape == (2, 16, 4, 64)

@@ -116,8 +116,8 @@ def _view(name: str, t: Tensor):
         raise InvalidArgumentError(
             f"flashattn: {name}: dtype {t.dtype} is not supported (float16 or bfloat16 on CUDA; float32, "
             f"float16 or bfloat16 on the CPU; int32 for cu_seqlens)")
-    # The device code: _check_inputs made sure q is on the CPU or CUDA, and the other tensors on
-    # q's device (or at least of q's type, which the library checks).
+    # The device code: run_forward / run_backward made sure q is on the CPU or CUDA, and the other
+    # tensors on q's device (or at least of q's type, which the library checks).
     return (t.data_ptr(), dtype, t.is_cuda, t.shape, t.stride())
 
 
@@ -138,14 +138,18 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor
     rank = 3 if varlen else 4
     if q.dim() != rank or k.dim() != rank or v.dim() != rank:
         _refuse_ranks(q, k, v, rank, varlen)
-    if not (q.is_cuda or q.is_cpu):
-        raise InvalidArgumentError(f"flashattn: q: device {q.device} is not supported (cpu or cuda)")
     device = q.get_device()
     if (k.get_device() != device or v.get_device() != device
             or any(t is not None and t.get_device() != device for t in (cu_seqlens_q, cu_seqlens_k, *more))):
         _refuse_devices(q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                         **dict(zip(("out", "lse", "dout"), more)))
     return varlen
+
+
+def _check_device_type(q: Tensor) -> None:
+    """The kernels run on the CPU or CUDA (the fake implementations take any device, meta included)."""
+    if not (q.is_cuda or q.is_cpu):
+        raise InvalidArgumentError(f"flashattn: q: device {q.device} is not supported (cpu or cuda)")
 
 
 def _refuse_ranks(q, k, v, rank, varlen):
@@ -221,6 +225,7 @@ def run_forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
                 window_right: int, softcap: float, path: str = "auto") -> Tuple[Tensor, Tensor]:
     """Attention forward: returns (out, lse)."""
     varlen = _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    _check_device_type(q)
     # The copies _usable and _offsets may make stay referenced until the call returns: they are
     # passed by pointer.
     q, k, v = _usable(q), _usable(k), _usable(v)
@@ -242,6 +247,7 @@ def run_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse
                  softcap: float, deterministic: bool, path: str = "auto") -> Tuple[Tensor, Tensor, Tensor]:
     """Attention backward from the forward's out and lse: returns (dq, dk, dv)."""
     _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, dout)
+    _check_device_type(q)
     q, k, v, out, dout = _usable(q), _usable(k), _usable(v), _usable(out), _usable(dout)
     cu_seqlens_q, cu_q = _offsets("cu_seqlens_q", cu_seqlens_q)
     cu_seqlens_k, cu_k = _offsets("cu_seqlens_k", cu_seqlens_k)
@@ -289,12 +295,20 @@ class _Attention(torch.autograd.Function):
 _apply = super(torch.autograd.Function, _Attention).apply
 
 
+def _eager(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """True when the call can skip the custom operator: not traced by torch.compile or export, no
+    torch.func transform active, and plain tensors with data (fake and meta tensors, and tensor
+    subclasses, get the operator's dispatch: its fake implementation, or the subclass's handling)."""
+    return (type(q) is Tensor and type(k) is Tensor and type(v) is Tensor and not q.is_meta
+            and not torch.compiler.is_compiling() and not torch._C._are_functorch_transforms_active())
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
               max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool, window_left: int,
               window_right: int, softcap: float, deterministic: bool, path: str = "auto") -> Tuple[Tensor, Tensor]:
-    """(out, lse), differentiable in q, k, v: the custom operator under torch.compile and torch.func
-    transforms, else the eager fast path (the same kernels on the same arguments: identical results)."""
-    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+    """(out, lse), differentiable in q, k, v: the eager fast path on plain tensors, else the custom
+    operator (the same kernels on the same arguments: identical results)."""
+    if not _eager(q, k, v):
         return fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                    window_left, window_right, softcap, deterministic, path)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):

@@ -424,6 +424,8 @@ def estimate_seconds(plan, reps, results_file):
               for m in ("fwd", "bwd")}
     total = 0.0
     for part, cells in plan:
+        if part == "varlen" and cells:
+            result["varlen_lengths"] = cells[0]["lengths"]  # the rows carry only their mean and count
         if part == "overhead":
             total += 10.0  # 2 modes × 3 impls × 7 rounds × 330 calls of ≤ 1 ms, and warm-up
             continue
@@ -527,6 +529,8 @@ def main():
               "timing": "interleaved: each rep times one call of every implementation (order alternating), "
                         "CUDA events around the call, median per implementation; 2 s GPU warm-up first"}
     for part, cells in plan:
+        if part == "varlen" and cells:
+            result["varlen_lengths"] = cells[0]["lengths"]  # the rows carry only their mean and count
         if part == "overhead":
             rows = overhead_rows(env, calls=20 if args.smoke else 300, rounds=3 if args.smoke else 7)
             result["rows"].extend(rows)

@@ -1,14 +1,29 @@
 """GPU benchmark: flashattn side by side with PyTorch SDPA's cuDNN and flash (FlashAttention-2)
-backends, in one process, on the grid of docs/BENCHMARK.md (shared/docs). Writes one JSON file.
+backends, in one process, as docs/BENCHMARK.md (shared/docs) describes. Writes one JSON file.
 
-  python3 bench/bench_gpu.py --out results.json [--modes fwd,bwd] [--hdims 64,128,256]
-      [--seqlens 512,...,16384] [--dtypes bf16] [--reps 30] [--lib build/libflashattn_c.so]
+Parts (--parts, all by default):
+  grid      the standard grid (--modes, --causal, --dtypes, --hdims, --seqlens)
+  gqa       GQA/MQA: bf16, hdim 128, causal, 32 query heads over 8, 4, 1 KV heads, seqlen 2k/4k/16k
+  varlen    variable-length batches: bf16, hdim 128, causal, 16 heads, lengths uniform 128..4096 (seed 0)
+            packed to 32k tokens
+  overhead  host overhead: µs per call of a tiny problem called 300 times back to back
+Every grid, GQA and varlen cell times the library through the C API on preallocated buffers
+(impl flashattn) and through flashattn.flash_attn_func with autograd, as a PyTorch user calls it
+(impl flashattn-py), interleaved with the PyTorch rows.
+
+  python3 bench/bench_gpu.py --out results.json [--parts grid,gqa,varlen,overhead] [--modes fwd,bwd]
+      [--hdims 64,128,256] [--seqlens 512,...,16384] [--dtypes bf16] [--reps 30] [--lib build/libflashattn_c.so]
+  python3 bench/bench_gpu.py --smoke --out /tmp/x.json [--lib cpu-build/libflashattn_c.so]
+      one tiny cell of each part on CPU tensors with a perf_counter timer (rows that need CUDA skip)
 """
 import argparse
+import contextlib
 import datetime
+import glob
 import json
-import math
 import os
+import random
+import statistics
 import subprocess
 import sys
 import time
@@ -17,40 +32,65 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH_DIR)
 from flashattn_ctypes import FlashAttn  # noqa: E402
+from summarize import markdown  # noqa: E402
+
+try:
+    import flashattn
+except ImportError as e:  # the flashattn-py rows need the package: pip install --no-build-isolation ./python
+    flashattn = None
+    FLASHATTN_IMPORT_ERROR = str(e)
 
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16}
+SDPA_BACKENDS = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("torch-flash", SDPBackend.FLASH_ATTENTION))
+PARTS = ("grid", "gqa", "varlen", "overhead")
 
 
-def median_ms(fn, reps=30, warmup=5):
-    return median_ms_each([fn], reps, warmup)[0]
+# ---- timing -----------------------------------------------------------------------------------------
 
+class Timer:
+    """Times one call: CUDA events around it with the GPU idle before (device "cuda"), or
+    perf_counter around it (device "cpu", for --smoke)."""
 
-def time_one_call(fn):
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    fn()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b)
+    def __init__(self, device):
+        self.device = device
 
+    def sync(self):
+        if self.device == "cuda":
+            torch.cuda.synchronize()
 
-def median_ms_each(fns, reps=30, warmup=5):
-    """Median time of one call of each function, CUDA events around the call, the GPU idle before
-    each. The calls are interleaved (rep r calls every function once, in forward order on even
-    reps and backward on odd ones), so clock and temperature drift during a cell reaches every
-    implementation alike instead of deciding a ratio."""
-    for fn in fns:
-        for _ in range(warmup):
+    def one_call_ms(self, fn):
+        if self.device != "cuda":
+            start = time.perf_counter()
             fn()
-    torch.cuda.synchronize()
-    times = [[] for _ in fns]
-    for r in range(reps):
-        order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
-        for i in order:
-            times[i].append(time_one_call(fns[i]))
-    return [sorted(t)[len(t) // 2] for t in times]
+            return (time.perf_counter() - start) * 1e3
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        return a.elapsed_time(b)
+
+    def median_ms_each(self, fns, reps=30, warmup=5):
+        """Median time of one call of each function. The calls are interleaved (rep r calls every
+        function once, in forward order on even reps and backward on odd ones), so clock and
+        temperature drift during a cell reaches every implementation alike instead of deciding a
+        ratio."""
+        for fn in fns:
+            for _ in range(warmup):
+                fn()
+        self.sync()
+        times = [[] for _ in fns]
+        for r in range(reps):
+            order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+            for i in order:
+                times[i].append(self.one_call_ms(fns[i]))
+        return [sorted(t)[len(t) // 2] for t in times]
+
+    def median_ms(self, fn, reps=30):
+        return self.median_ms_each([fn], reps)[0]
 
 
 def warm_up_gpu(seconds=2.0):
@@ -64,69 +104,216 @@ def warm_up_gpu(seconds=2.0):
         torch.cuda.synchronize()
 
 
-def flops(mode, causal, b, h, s, d):
-    f = 4.0 * b * h * s * s * d / (2 if causal else 1)
-    return f * (2.5 if mode == "bwd" else 1.0)
-
-
-def ceilings(reps):
+def ceilings(timer, reps):
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     bm = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    mm = median_ms(lambda: a @ bm, reps)
+    mm = timer.median_ms(lambda: a @ bm, reps)
     x = torch.randn(1 << 30, device="cuda", dtype=torch.float16)  # 2 GiB
     y = torch.empty_like(x)
-    cp = median_ms(lambda: y.copy_(x), reps)
+    cp = timer.median_ms(lambda: y.copy_(x), reps)
     return {"bf16_matmul_tflops_8192cube": 2 * n**3 / mm / 1e9, "device_copy_tbps": 2 * x.numel() * 2 / cp / 1e9}
 
 
-def bench_cell(fa, mode, causal, dtype, d, s, reps, variants=()):
-    b, h = 16384 // s, 2048 // d
-    dt = DT[dtype]
-    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt) for _ in range(3))
-    fl = flops(mode, causal, b, h, s, d)
-    base = {"mode": mode, "causal": causal, "dtype": dtype, "hdim": d, "seqlen": s, "batch": b, "heads": h}
-    dout = torch.randn_like(q) if mode == "bwd" else None
+# ---- cells: what one timed comparison runs on ---------------------------------------------------------
 
-    # Every implementation is prepared first (a callable, or the error row), then all are timed
-    # together, interleaved (median_ms_each). flashattn first, then each build variant on the same
-    # inputs, checked against the first's outputs.
-    preps = [prepare_library(fa, "flashattn", mode, causal, q, k, v, dout, base)]
-    ref = preps[0].get("outputs")
-    for name, fv in variants if ref is not None else ():
-        preps.append(prepare_library(fv, f"flashattn:{name}", mode, causal, q, k, v, dout, base))
-    # PyTorch SDPA, (b, h, s, d) views of the same (b, s, h, d) storage
-    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-    for impl, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("torch-flash", SDPBackend.FLASH_ATTENTION)):
-        preps.append(prepare_sdpa(impl, backend, mode, causal, qt, kt, vt, base))
+def attention_flops(mode, causal, heads, hdim, seqlens):
+    """Forward 4·heads·s²·hdim per sequence (halved for causal), backward 2.5 × that."""
+    f = sum(4.0 * heads * s * s * hdim / (2 if causal else 1) for s in seqlens)
+    return f * (2.5 if mode == "bwd" else 1.0)
+
+
+def grid_cells(args):
+    for mode in args.modes.split(","):
+        for dtype in args.dtypes.split(","):
+            for causal in (bool(int(c)) for c in args.causal.split(",")):
+                for d in (int(x) for x in args.hdims.split(",")):
+                    for s in (int(x) for x in args.seqlens.split(",")):
+                        yield dict(mode=mode, causal=causal, dtype=dtype, hdim=d, seqlen=s, batch=16384 // s,
+                                   heads=2048 // d)
+
+
+def gqa_cells(args):
+    for mode in args.modes.split(","):
+        for heads_kv in (8, 4, 1):
+            for s in (2048, 4096, 16384):
+                yield dict(mode=mode, causal=True, dtype="bf16", hdim=128, seqlen=s, batch=32768 // s, heads=32,
+                           heads_kv=heads_kv)
+
+
+def varlen_lengths(total=32768, low=128, high=4096, seed=0):
+    """Lengths uniform in [low, high] (fixed seed) until `total` tokens; the last takes the remainder."""
+    rng, lengths = random.Random(seed), []
+    while sum(lengths) < total:
+        lengths.append(min(rng.randint(low, high), total - sum(lengths)))
+    return lengths
+
+
+def varlen_cells(args, lengths):
+    for mode in args.modes.split(","):
+        yield dict(mode=mode, causal=True, dtype="bf16", hdim=128, seqlen=round(sum(lengths) / len(lengths)),
+                   batch=len(lengths), heads=16, varlen=True, lengths=lengths)
+
+
+def smoke_cells(part, args):
+    """One tiny cell of a part, for --smoke on CPU tensors."""
+    modes = args.modes.split(",")
+    if part == "grid":
+        return [dict(mode=m, causal=True, dtype="bf16", hdim=64, seqlen=128, batch=2, heads=2) for m in modes]
+    if part == "gqa":
+        return [dict(mode=m, causal=True, dtype="bf16", hdim=64, seqlen=128, batch=1, heads=4, heads_kv=1)
+                for m in modes]
+    lengths = varlen_lengths(total=512, low=16, high=256)
+    return [dict(c, hdim=64, heads=2) for c in varlen_cells(args, lengths)]
+
+
+class Inputs:
+    """Fresh random inputs of one cell: (batch, seqlen, heads, hdim) tensors, or for varlen packed
+    (total, heads, hdim) ones with int32 offsets."""
+
+    def __init__(self, cell, device):
+        dt, d, h, hk = DT[cell["dtype"]], cell["hdim"], cell["heads"], cell.get("heads_kv", cell["heads"])
+        self.varlen = cell.get("varlen", False)
+        if self.varlen:
+            lengths = cell["lengths"]
+            total, self.max_seqlen = sum(lengths), max(lengths)
+            offsets = [0]
+            for n in lengths:
+                offsets.append(offsets[-1] + n)
+            self.cu_seqlens = torch.tensor(offsets, dtype=torch.int32, device=device)
+            shapes = ((total, h, d), (total, hk, d))
+        else:
+            b, s = cell["batch"], cell["seqlen"]
+            shapes = ((b, s, h, d), (b, s, hk, d))
+        self.q = torch.randn(shapes[0], device=device, dtype=dt)
+        self.k, self.v = (torch.randn(shapes[1], device=device, dtype=dt) for _ in range(2))
+        self.dout = torch.randn_like(self.q) if cell["mode"] == "bwd" else None
+
+    def lse_shape(self):
+        q = self.q
+        return (q.shape[1], q.shape[0]) if self.varlen else (q.shape[0], q.shape[2], q.shape[1])
+
+    def varlen_kwargs(self):
+        if not self.varlen:
+            return {}
+        return dict(cu_seqlens_q=self.cu_seqlens, cu_seqlens_k=self.cu_seqlens, max_seqlen_q=self.max_seqlen,
+                    max_seqlen_k=self.max_seqlen)
+
+
+def bench_cell(env, cell, variants=()):
+    """Every implementation of one cell prepared first (a callable, or the error row), then all timed
+    together, interleaved. The library through the C API first, then each build variant and
+    flashattn-py on the same inputs, checked against the first's outputs."""
+    x = Inputs(cell, env.device)
+    base = {k: v for k, v in cell.items() if k != "lengths"}
+    preps = []
+    if env.fa is not None:
+        preps.append(prepare_library(env.fa, "flashattn", cell, x, base))
+        for name, fv in variants:
+            preps.append(prepare_library(fv, f"flashattn:{name}", cell, x, base))
+    preps.append(prepare_python(cell, x, base))
+    if env.device == "cuda":
+        if x.varlen:
+            preps.append(prepare_torch_flash_varlen(cell, x, base))
+        else:
+            for impl, backend in SDPA_BACKENDS:
+                preps.append(prepare_sdpa(impl, backend, cell, x, base))
 
     timed = [p for p in preps if "fn" in p]
-    for p, ms in zip(timed, median_ms_each([p["fn"] for p in timed], reps)):
+    fl = attention_flops(cell["mode"], cell["causal"], cell["heads"], cell["hdim"],
+                         cell.get("lengths") or [cell["seqlen"]] * cell["batch"])
+    for p, ms in zip(timed, env.timer.median_ms_each([p["fn"] for p in timed], env.reps)):
         p["row"].update(tflops=fl / ms / 1e9, ms=ms)
-    rows = []
-    for p in preps:
-        if ref is not None and p.get("outputs") is not None and p is not preps[0]:
+    ref = preps[0].get("outputs") if preps else None
+    for p in preps[1:]:
+        if ref is not None and p.get("outputs") is not None:
             p["row"]["max_rel_diff"] = max(
                 ((g.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-30)).item()
                 for g, r in zip(p["outputs"], ref))
-        rows.append(p["row"])
-    return rows
+    return [p["row"] for p in preps]
 
 
-def prepare_sdpa(impl, backend, mode, causal, qt, kt, vt, base):
-    """PyTorch SDPA with one backend: {"row", "fn"} (fn is one call), or {"row"} with the error."""
-    def fwd():
-        with sdpa_kernel([backend]):
-            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+# ---- the implementations of a cell ----------------------------------------------------------------
+
+def prepare_library(fa, impl, cell, x, base):
+    """One build of the library (the main one, or a variant: another libflashattn_c.so, e.g. a
+    tile-shape experiment) through the C API on preallocated buffers: {"row", "fn", "outputs"} where
+    outputs are the tensors fn writes (out, lse or dq, dk, dv), filled by one call here; {"row"}
+    with the error when the call failed."""
+    device, causal = x.q.device.type, cell["causal"]
+    out = torch.empty(*x.q.shape[:-1], x.v.shape[-1], device=device, dtype=x.q.dtype)
+    lse = torch.empty(x.lse_shape(), device=device)
     try:
-        if mode == "fwd":
+        a = fa.args(x.q, x.k, x.v, out=out, lse=lse, causal=causal, **x.varlen_kwargs())
+        # What the C calls read or write by pointer stays alive as long as the returned dict: the
+        # workspaces, and out and lse, which the backward reads (freed, their memory would be reused
+        # by the next cell's allocations and the backward would read whatever those hold).
+        keep = [fa.with_workspace(a, False, device), out, lse]
+        path = fa.path(a)
+        if cell["mode"] == "fwd":
+            fn = lambda: fa.forward(a)  # noqa: E731
+            got = (out, lse)
+        else:
+            fa.forward(a)
+            dq, dk, dv = torch.empty_like(x.q), torch.empty_like(x.k), torch.empty_like(x.v)
+            ab = fa.args(x.q, x.k, x.v, out=out, lse=lse, dout=x.dout, dq=dq, dk=dk, dv=dv, causal=causal,
+                         **x.varlen_kwargs())
+            keep.append(fa.with_workspace(ab, True, device))
+            path = fa.path(ab, backward=True)
+            fn = lambda: fa.backward(ab)  # noqa: E731
+            got = (dq, dk, dv)
+        fn()
+        Timer(device).sync()
+        return {"row": dict(impl=impl, path=path, **base), "fn": fn, "outputs": got, "keep": keep}
+    except RuntimeError as e:
+        return {"row": dict(impl=impl, **base, error=str(e)[:300])}
+
+
+def prepare_python(cell, x, base):
+    """flashattn.flash_attn_func (or flash_attn_varlen_func) as a PyTorch user calls it: the forward
+    on plain tensors (as the SDPA rows), the backward as torch.autograd.grad of the output (the
+    forward outside the timed call, as the SDPA rows)."""
+    if flashattn is None:
+        return {"row": dict(impl="flashattn-py", **base, error=f"import flashattn failed: {FLASHATTN_IMPORT_ERROR}")}
+    causal = cell["causal"]
+    if x.varlen:
+        m = x.max_seqlen
+        call = lambda q, k, v: flashattn.flash_attn_varlen_func(  # noqa: E731
+            q, k, v, x.cu_seqlens, x.cu_seqlens, m, m, causal=causal)
+    else:
+        call = lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=causal)  # noqa: E731
+    path = flashattn.forward_path(x.q, x.k, x.v, causal=causal, **x.varlen_kwargs())
+    try:
+        if cell["mode"] == "fwd":
+            fn = lambda: call(x.q, x.k, x.v)  # noqa: E731
+            got = (fn(),)
+        else:
+            qg, kg, vg = (t.detach().requires_grad_() for t in (x.q, x.k, x.v))
+            o = call(qg, kg, vg)
+            fn = lambda: torch.autograd.grad(o, (qg, kg, vg), x.dout, retain_graph=True)  # noqa: E731
+            got = fn()
+        return {"row": dict(impl="flashattn-py", path=path, **base), "fn": fn, "outputs": got}
+    except RuntimeError as e:
+        return {"row": dict(impl="flashattn-py", **base, error=str(e)[:300])}
+
+
+def prepare_sdpa(impl, backend, cell, x, base):
+    """PyTorch SDPA with one backend on (b, h, s, d) views of the same (b, s, h, d) storage:
+    {"row", "fn"} (fn is one call), or {"row"} with the error."""
+    causal, gqa = cell["causal"], "heads_kv" in cell
+    qt, kt, vt = (t.transpose(1, 2) for t in (x.q, x.k, x.v))
+
+    def fwd(q=qt, k=kt, v=vt):
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+    try:
+        if cell["mode"] == "fwd":
             fwd()
             fn = fwd
         else:
-            qg, kg, vg = (x.detach().requires_grad_() for x in (qt, kt, vt))
-            with sdpa_kernel([backend]):
-                o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
-            do = torch.randn_like(o)
+            qg, kg, vg = (t.detach().requires_grad_() for t in (qt, kt, vt))
+            o = fwd(qg, kg, vg)
+            do = x.dout.transpose(1, 2)
             fn = lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True)  # noqa: E731
             fn()
         return {"row": dict(impl=impl, **base), "fn": fn}
@@ -134,93 +321,251 @@ def prepare_sdpa(impl, backend, mode, causal, qt, kt, vt, base):
         return {"row": dict(impl=impl, **base, error=str(e)[:200])}
 
 
-def prepare_library(fa, impl, mode, causal, q, k, v, dout, base):
-    """One build of the library (the main one, or a variant: another libflashattn_c.so, e.g. a
-    tile-shape experiment) set up on the given inputs: {"row", "fn", "outputs"} where outputs are
-    the tensors fn writes (out, lse or dq, dk, dv), filled by one call here; {"row"} with the error
-    when the call failed."""
-    out, lse = torch.empty_like(q), torch.empty(q.shape[0], q.shape[2], q.shape[1], device="cuda")
+def prepare_torch_flash_varlen(cell, x, base):
+    """PyTorch's FlashAttention-2 varlen entry (SDPA has no varlen front door): the aten ops with
+    cum_seq_q / cum_seq_k; the backward is timed alone on the forward's outputs."""
+    m, cu, causal = x.max_seqlen, x.cu_seqlens, cell["causal"]
+    fwd = lambda: torch.ops.aten._flash_attention_forward(x.q, x.k, x.v, cu, cu, m, m, 0.0, causal, False)  # noqa
     try:
-        a = fa.args(q, k, v, out=out, lse=lse, causal=causal)
-        keep = [fa.with_workspace(a, False, "cuda")]  # workspaces: alive as long as the returned dict
-        if mode == "fwd":
-            path = fa.path(a)
-            fn = lambda: fa.forward(a)  # noqa: E731
-            got = (out, lse)
+        if cell["mode"] == "fwd":
+            fwd()
+            fn = fwd
         else:
-            fa.forward(a)
-            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-            ab = fa.args(q, k, v, out=out, lse=lse, dout=dout, dq=dq, dk=dk, dv=dv, causal=causal)
-            keep.append(fa.with_workspace(ab, True, "cuda"))
-            path = fa.path(ab, backward=True)
-            fn = lambda: fa.backward(ab)  # noqa: E731
-            got = (dq, dk, dv)
-        fn()
-        torch.cuda.synchronize()
-        return {"row": dict(impl=impl, path=path, **base), "fn": fn, "outputs": got, "keep": keep}
+            out, lse, rng_state, unused, _ = fwd()
+            fn = lambda: torch.ops.aten._flash_attention_backward(  # noqa: E731
+                x.dout, x.q, x.k, x.v, out, lse, cu, cu, m, m, 0.0, causal, rng_state, unused)
+            fn()
+        return {"row": dict(impl="torch-flash", **base), "fn": fn}
     except RuntimeError as e:
-        return {"row": dict(impl=impl, **base, error=str(e)[:300])}
+        return {"row": dict(impl="torch-flash", **base, error=str(e)[:200])}
 
 
-def main():
-    p = argparse.ArgumentParser()
+# ---- host overhead ------------------------------------------------------------------------------------
+
+OVERHEAD_SHAPE = dict(batch=1, seqlen=128, heads=8, hdim=64)
+
+
+def overhead_rows(env, calls=300, rounds=7):
+    """µs per call of a tiny problem called `calls` times back to back, wall clock (synchronize
+    before and after), forward and forward+backward; median of `rounds` rounds, interleaved."""
+    b, s, h, d = (OVERHEAD_SHAPE[k] for k in ("batch", "seqlen", "heads", "hdim"))
+    q, k, v = (torch.randn(b, s, h, d, device=env.device, dtype=torch.bfloat16) for _ in range(3))
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    dout = torch.randn_like(q)
+    impls = {}
+    if flashattn is not None:
+        impls["flashattn-py"] = (lambda: flashattn.flash_attn_func(q, k, v),
+                                 lambda: torch.autograd.grad(flashattn.flash_attn_func(qg, kg, vg), (qg, kg, vg),
+                                                             dout))
+    else:
+        print(f"warning: no flashattn-py overhead rows: import flashattn failed ({FLASHATTN_IMPORT_ERROR})")
+    if env.device == "cuda":
+        qt, kt, vt, qgt, kgt, vgt = (t.transpose(1, 2) for t in (q, k, v, qg, kg, vg))
+        dt = dout.transpose(1, 2)
+        for impl, backend in SDPA_BACKENDS:
+            impls[impl] = (
+                lambda: F.scaled_dot_product_attention(qt, kt, vt),
+                lambda: torch.autograd.grad(F.scaled_dot_product_attention(qgt, kgt, vgt), (qg, kg, vg), dt))
+    rows = []
+    for mode, which in (("overhead-fwd", 0), ("overhead-fwd-bwd", 1)):
+        loops = {}
+        for impl, fns in impls.items():
+            backend = dict(SDPA_BACKENDS).get(impl)
+            loops[impl] = back_to_back(fns[which], calls, backend, env.timer)
+        samples = {impl: [] for impl in loops}
+        for _ in range(rounds):
+            for impl, loop in loops.items():
+                samples[impl].append(loop())
+        for impl, us in samples.items():
+            row = dict(impl=impl, mode=mode, dtype="bf16", **OVERHEAD_SHAPE, calls=calls)
+            if all(u is None for u in us):
+                row["error"] = "not supported here"
+            else:
+                row["us_per_call"] = statistics.median(u for u in us if u is not None)
+            rows.append(row)
+    return rows
+
+
+def back_to_back(fn, calls, backend, timer):
+    """A function timing `calls` calls of fn in a row: µs per call, or None when fn fails. The
+    SDPA backend (if any) is selected once around the loop, not per call."""
+    def loop():
+        try:
+            with sdpa_kernel([backend]) if backend is not None else contextlib.nullcontext():
+                for _ in range(calls // 10):
+                    fn()
+                timer.sync()
+                start = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                timer.sync()
+                return (time.perf_counter() - start) / calls * 1e6
+        except RuntimeError:
+            return None
+    return loop
+
+
+# ---- run time estimate --------------------------------------------------------------------------------
+
+CELL_SETUP_S = 1.0  # inputs, first calls (cuDNN plans), empty_cache: per cell, measured runs ~0.5-1.5 s
+
+
+def estimate_seconds(plan, reps, results_file):
+    """Expected run time: per cell (reps + warm-up + preparation calls) × the sum of its
+    implementations' times, from an earlier results file's per-cell ms (the grid) or its median
+    TFLOP/s for the cell's mode (other cells), plus a fixed setup per cell."""
+    rows = json.load(open(results_file))["rows"] if results_file else []
+    ms_of = {}
+    for r in rows:
+        if "ms" in r and r["impl"] in ("flashattn", "cudnn", "torch-flash"):
+            key = (r["mode"], r["causal"], r["hdim"], r["seqlen"])
+            ms_of.setdefault(key, {})[r["impl"]] = r["ms"]
+    tflops = {m: statistics.median([r["tflops"] for r in rows if r.get("mode") == m and "tflops" in r] or [200.0])
+              for m in ("fwd", "bwd")}
+    total = 0.0
+    for part, cells in plan:
+        if part == "varlen" and cells:
+            result["varlen_lengths"] = cells[0]["lengths"]  # the rows carry only their mean and count
+        if part == "overhead":
+            total += 10.0  # 2 modes × 3 impls × 7 rounds × 330 calls of ≤ 1 ms, and warm-up
+            continue
+        for c in cells:
+            known = ms_of.get((c["mode"], c["causal"], c["hdim"], c["seqlen"]))
+            if part == "grid" and known:
+                one = sum(known.values()) + known.get("flashattn", 0.0)  # flashattn-py ≈ flashattn
+            else:
+                fl = attention_flops(c["mode"], c["causal"], c["heads"], c["hdim"],
+                                     c.get("lengths") or [c["seqlen"]] * c["batch"])
+                one = 4 * fl / tflops[c["mode"]] / 1e9
+            total += (reps + 5 + 3) * one / 1e3 + CELL_SETUP_S
+    return total
+
+
+def latest_results_file():
+    files = sorted(f for f in glob.glob(os.path.join(BENCH_DIR, "results", "*h200*.json"))
+                   if "variants" not in f and "recheck" not in f)
+    return files[-1] if files else None
+
+
+# ---- main ---------------------------------------------------------------------------------------------
+
+class Env:
+    """Where and how the cells run: device, timer, repetitions, the C library (or None)."""
+
+    def __init__(self, device, reps, fa):
+        self.device, self.reps, self.fa, self.timer = device, reps, fa, Timer(device)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
-    p.add_argument("--modes", default="fwd,bwd")
-    p.add_argument("--causal", default="0,1")
-    p.add_argument("--dtypes", default="bf16")
-    p.add_argument("--hdims", default="64,128,256")
-    p.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
+    p.add_argument("--parts", default=",".join(PARTS), help="comma-separated: " + ", ".join(PARTS))
+    p.add_argument("--modes", default="fwd,bwd", help="grid, gqa and varlen")
+    p.add_argument("--causal", default="0,1", help="grid only")
+    p.add_argument("--dtypes", default="bf16", help="grid only")
+    p.add_argument("--hdims", default="64,128,256", help="grid only")
+    p.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384", help="grid only")
     p.add_argument("--reps", type=int, default=30)
-    p.add_argument("--lib", default=None)
+    p.add_argument("--lib", default=None, help="libflashattn_c.so (default $FLASHATTN_C_LIB or build/...)")
     p.add_argument("--anchors", default=None, help="anchors JSON to print goal ratios beside ours")
     p.add_argument("--variant", action="append", default=[], metavar="NAME=LIB",
                    help="also time another build of the library (e.g. a tuning variant) in the same run")
-    args = p.parse_args()
+    p.add_argument("--estimate-from", default=None, help="results JSON for the run time estimate "
+                   "(default: the newest bench/results/*h200*.json)")
+    p.add_argument("--smoke", action="store_true", help="one tiny cell of each part on CPU tensors, "
+                   "perf_counter timer; rows that need CUDA skip; --lib optional (a CPU build)")
+    return p.parse_args()
 
-    fa = FlashAttn(args.lib)
-    warm_up_gpu()
+
+def plan_of(args):
+    parts = [p for p in args.parts.split(",") if p]
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        sys.exit(f"unknown --parts {sorted(unknown)}; known: {', '.join(PARTS)}")
+    if args.smoke:
+        return [(p, [] if p == "overhead" else smoke_cells(p, args)) for p in parts]
+    makers = {"grid": lambda: list(grid_cells(args)), "gqa": lambda: list(gqa_cells(args)),
+              "varlen": lambda: list(varlen_cells(args, varlen_lengths())), "overhead": lambda: []}
+    return [(p, makers[p]()) for p in parts]
+
+
+def load_library(args):
+    if args.smoke and args.lib is None:
+        print("smoke: no --lib given: the C API rows (impl flashattn) skip")
+        return None
+    try:
+        return FlashAttn(args.lib)
+    except OSError as e:
+        print(f"warning: no C API rows (impl flashattn): cannot load the C library ({e}); pass --lib")
+        return None
+
+
+def main():
+    args = parse_args()
+    device = "cpu" if args.smoke else "cuda"
+    if flashattn is None:
+        print(f"warning: import flashattn failed ({FLASHATTN_IMPORT_ERROR}): the flashattn-py rows carry the "
+              f"error; install the package on this machine: pip install --no-build-isolation ./python")
+    plan = plan_of(args)
+    reps = 3 if args.smoke else args.reps
+    if not args.smoke:
+        source = args.estimate_from or latest_results_file()
+        est = estimate_seconds(plan, reps, source)
+        cells = sum(len(c) for _, c in plan)
+        print(f"plan: {cells} cells in parts {args.parts}; expected run time ≈ {est / 60:.1f} min "
+              f"(from {os.path.basename(source) if source else 'a default throughput'})", flush=True)
+    env = Env(device, reps, load_library(args))
     variants = [(nv.split("=", 1)[0], FlashAttn(nv.split("=", 1)[1])) for nv in args.variant]
+    start = time.perf_counter()
+    if not args.smoke:
+        warm_up_gpu()
     torch.manual_seed(0)
     commit = os.environ.get("FLASHATTN_COMMIT") or subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    result = {"gpu": torch.cuda.get_device_name(), "commit": commit,
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=BENCH_DIR).stdout.strip()
+    result = {"gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)", "commit": commit,
               "date": datetime.date.today().isoformat(), "torch": torch.__version__,
-              "cudnn": torch.backends.cudnn.version(), "ceilings": ceilings(10), "rows": [],
+              "cudnn": torch.backends.cudnn.version() if device == "cuda" else None,
+              "ceilings": ceilings(env.timer, 10) if device == "cuda" else {}, "rows": [],
               "timing": "interleaved: each rep times one call of every implementation (order alternating), "
                         "CUDA events around the call, median per implementation; 2 s GPU warm-up first"}
-    for mode in args.modes.split(","):
-        for dtype in args.dtypes.split(","):
-            for causal in (bool(int(c)) for c in args.causal.split(",")):
-                for d in (int(x) for x in args.hdims.split(",")):
-                    for s in (int(x) for x in args.seqlens.split(",")):
-                        rows = bench_cell(fa, mode, causal, dtype, d, s, args.reps, variants)
-                        result["rows"].extend(rows)
-                        by = {r["impl"]: r.get("tflops", float("nan")) for r in rows}
-                        for r in rows:
-                            if r["impl"].startswith("flashattn:"):
-                                print(f"    {r['impl']:24s} {r.get('tflops', float('nan')):6.1f}  vs fa2 "
-                                      f"{r.get('tflops', float('nan')) / by['torch-flash']:.3f}  max_rel_diff "
-                                      f"{r.get('max_rel_diff', float('nan')):.2e} {r.get('error', '')}", flush=True)
-                        print(f"{mode} causal={int(causal)} {dtype} d={d:3d} s={s:5d}  flashattn {by['flashattn']:6.1f}"
-                              f"  cudnn {by['cudnn']:6.1f}  torch-flash {by['torch-flash']:6.1f}"
-                              f"  vs cudnn {by['flashattn'] / by['cudnn']:.3f}  vs fa2 {by['flashattn'] / by['torch-flash']:.3f}",
-                              flush=True)
-                        torch.cuda.empty_cache()
+    for part, cells in plan:
+        if part == "varlen" and cells:
+            result["varlen_lengths"] = cells[0]["lengths"]  # the rows carry only their mean and count
+        if part == "overhead":
+            rows = overhead_rows(env, calls=20 if args.smoke else 300, rounds=3 if args.smoke else 7)
+            result["rows"].extend(rows)
+            for r in rows:
+                print(f"{r['mode']:18s} {r['impl']:14s} {r.get('us_per_call', float('nan')):8.1f} µs/call", flush=True)
+            continue
+        for cell in cells:
+            rows = bench_cell(env, cell, variants)
+            result["rows"].extend(rows)
+            print_cell(part, cell, rows)
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    result["wall_s"] = time.perf_counter() - start
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
-    summary(result)
+    goals = {}
+    if args.anchors:
+        goals = {(c["mode"], c["causal"], c["hdim"], c["seqlen"]): c for c in json.load(open(args.anchors))["cells"]}
+    print()
+    print(markdown(result, goals))
+    print(f"\nwall time {result['wall_s'] / 60:.1f} min")
 
 
-def summary(result):
-    rows = result["rows"]
-    ours = [r for r in rows if r["impl"] == "flashattn"]
-    lost = 0
-    for r in ours:
-        key = lambda x: (x["mode"], x["causal"], x["dtype"], x["hdim"], x["seqlen"])  # noqa: E731
-        fa2 = next((x for x in rows if x["impl"] == "torch-flash" and key(x) == key(r)), {})
-        if "tflops" not in r or "tflops" not in fa2 or r["tflops"] < fa2["tflops"]:
-            lost += 1
-    print(f"cells: {len(ours)}; below torch-flash: {lost}; ceilings: {result['ceilings']}")
+def print_cell(part, cell, rows):
+    by = {r["impl"]: r.get("tflops", float("nan")) for r in rows}
+    nan = float("nan")
+    for r in rows:
+        if r["impl"].startswith("flashattn:") or "error" in r:
+            print(f"    {r['impl']:24s} {r.get('tflops', nan):6.1f}  max_rel_diff {r.get('max_rel_diff', nan):.2e}"
+                  f" {r.get('error', '')}", flush=True)
+    heads = f"h={cell['heads']}/{cell['heads_kv']}" if "heads_kv" in cell else f"h={cell['heads']}"
+    print(f"{part:6s} {cell['mode']} causal={int(cell['causal'])} {cell['dtype']} d={cell['hdim']:3d} "
+          f"s={cell['seqlen']:5d} {heads:7s}" + "".join(
+              f"  {impl} {by.get(impl, nan):6.1f}" for impl in ("flashattn", "flashattn-py", "cudnn", "torch-flash")),
+          flush=True)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,23 @@
 // flashattn._C: the thin, torch-free binding of the C++ API (include/flashattn/flashattn.hpp).
 //
-// Python passes each tensor as a plain tuple (data_ptr, dtype code, device code, shape, strides)
-// and the CUDA stream as an integer; this file turns them into TensorViews, calls the library and
-// returns the Status as (code, message). Allocation, streams, autograd and the torch custom ops
-// all live in Python (flashattn/_ops.py), so nothing here depends on libtorch.
+// Python passes each tensor as a plain tuple (data_ptr, dtype code, device code, shape, strides),
+// the options by name (keyword arguments), and the CUDA stream as an integer; this file turns them
+// into the API's arguments and calls the library once per forward or backward. Allocation,
+// streams, autograd and the torch custom ops all live in Python (flashattn/_ops.py), so nothing
+// here depends on libtorch.
+//
+// The run entry points are the per-call hot path (host time before the kernel launch is what a
+// small problem pays): each is one Python → C++ transition that queries the workspace, asks
+// Python's allocator for it only when the call needs one, and runs; it returns None on success
+// and (status code, message) otherwise, so success allocates no Python object.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
-#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "flashattn/flashattn.hpp"
@@ -21,118 +25,178 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 
+// A tensor from Python: the tuple (data_ptr, dtype code, device code, shape, strides) read straight
+// into a TensorView (dtype and device use the codes of DType and Device; shape and strides are
+// tuples, e.g. torch.Size). Read with the C API rather than through std::vector casters: a backward
+// passes nine of them per call, and their conversion was most of the binding's time.
+namespace nanobind::detail {
+template <>
+struct type_caster<flashattn::TensorView> {
+  NB_TYPE_CASTER(flashattn::TensorView, const_name("tuple[int, int, int, tuple[int, ...], tuple[int, ...]]"))
+
+  bool from_python(handle src, uint8_t, cleanup_list*) noexcept {
+    PyObject* t = src.ptr();
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 5) return false;
+    PyObject* shape = PyTuple_GET_ITEM(t, 3);
+    PyObject* stride = PyTuple_GET_ITEM(t, 4);
+    if (!PyTuple_Check(shape) || !PyTuple_Check(stride)) return false;
+    value = flashattn::TensorView{};
+    value.data = PyLong_AsVoidPtr(PyTuple_GET_ITEM(t, 0));
+    value.dtype = static_cast<flashattn::DType>(PyLong_AsLong(PyTuple_GET_ITEM(t, 1)));
+    value.device = static_cast<flashattn::Device>(PyLong_AsLong(PyTuple_GET_ITEM(t, 2)));
+    const Py_ssize_t rank = PyTuple_GET_SIZE(shape);
+    // A rank the API cannot hold is passed on as -1, which validation reports by name.
+    const bool fits = rank <= flashattn::TensorView::kMaxRank && PyTuple_GET_SIZE(stride) == rank;
+    value.rank = fits ? static_cast<int>(rank) : -1;
+    for (Py_ssize_t i = 0; fits && i < rank; ++i) {
+      value.shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+      value.stride[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride, i));
+    }
+    if (PyErr_Occurred()) {  // a non-integer somewhere: not a tensor tuple
+      PyErr_Clear();
+      return false;
+    }
+    return true;
+  }
+
+  static handle from_cpp(const flashattn::TensorView&, rv_policy, cleanup_list*) noexcept { return none().release(); }
+};
+}  // namespace nanobind::detail
+
 namespace flashattn {
 namespace {
 
-// (data_ptr, dtype, device, shape, strides): dtype and device use the codes of DType and Device.
-using PyTensor = std::tuple<std::uintptr_t, int, int, std::vector<int64_t>, std::vector<int64_t>>;
-using OptTensor = std::optional<PyTensor>;
-using StatusTuple = std::tuple<int, std::string>;
+using OptTensor = std::optional<TensorView>;
 
-TensorView view_of(const OptTensor& t) {
-  TensorView v;
-  if (!t) return v;  // absent: the empty view
-  const auto& [data, dtype, device, shape, stride] = *t;
-  v.data = reinterpret_cast<void*>(data);
-  v.dtype = static_cast<DType>(dtype);
-  v.device = static_cast<Device>(device);
-  // A rank the API cannot hold is passed on as -1, which validation reports by name.
-  const bool fits = shape.size() <= TensorView::kMaxRank && stride.size() == shape.size();
-  v.rank = fits ? static_cast<int>(shape.size()) : -1;
-  for (int i = 0; fits && i < v.rank; ++i) {
-    v.shape[i] = shape[i];
-    v.stride[i] = stride[i];
-  }
-  return v;
+TensorView view_of(const OptTensor& t) { return t ? *t : TensorView{}; }  // absent: the empty view
+
+// The keyword arguments every entry point shares, in the order they are declared to nanobind
+// (FLASHATTN_COMMON_ARGS below): varlen offsets and maxima, AttentionOptions' fields, path and stream.
+struct Common {
+  OptTensor cu_seqlens_q, cu_seqlens_k;
+  int64_t max_seqlen_q, max_seqlen_k;
+  AttentionOptions options;
+  std::string path;
+  std::uintptr_t stream;
+};
+
+void fill(AttentionArgs* a, const TensorView& q, const TensorView& k, const TensorView& v, const Common& c) {
+  a->q = q;
+  a->k = k;
+  a->v = v;
+  a->cu_seqlens_q = view_of(c.cu_seqlens_q);
+  a->cu_seqlens_k = view_of(c.cu_seqlens_k);
+  a->max_seqlen_q = c.max_seqlen_q;
+  a->max_seqlen_k = c.max_seqlen_k;
+  a->options = c.options;
+  a->path = c.path;
+  a->stream = reinterpret_cast<void*>(c.stream);
 }
 
-// The options shared by forward and backward, as one tuple from Python:
-// (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left,
-//  window_right, softcap, stream).
-using Options = std::tuple<OptTensor, OptTensor, int64_t, int64_t, std::optional<float>, bool, int64_t, int64_t,
-                           float, std::uintptr_t>;
-
-void fill(AttentionArgs* a, const PyTensor& q, const PyTensor& k, const PyTensor& v, const Options& o) {
-  const auto& [cu_q, cu_k, max_q, max_k, scale, causal, window_left, window_right, softcap, stream] = o;
-  a->q = view_of(q);
-  a->k = view_of(k);
-  a->v = view_of(v);
-  a->cu_seqlens_q = view_of(cu_q);
-  a->cu_seqlens_k = view_of(cu_k);
-  a->max_seqlen_q = max_q;
-  a->max_seqlen_k = max_k;
-  a->options.softmax_scale = scale;
-  a->options.causal = causal;
-  a->options.window_left = window_left;
-  a->options.window_right = window_right;
-  a->options.softcap = softcap;
-  a->stream = reinterpret_cast<void*>(stream);
+Common common(OptTensor cu_seqlens_q, OptTensor cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+              std::optional<float> softmax_scale, bool causal, int64_t window_left, int64_t window_right,
+              float softcap, std::string path, std::uintptr_t stream) {
+  AttentionOptions o;
+  o.softmax_scale = softmax_scale;
+  o.causal = causal;
+  o.window_left = window_left;
+  o.window_right = window_right;
+  o.softcap = softcap;
+  return {std::move(cu_seqlens_q), std::move(cu_seqlens_k), max_seqlen_q, max_seqlen_k, o, std::move(path), stream};
 }
 
-ForwardArgs forward_args(const PyTensor& q, const PyTensor& k, const PyTensor& v, const OptTensor& out,
-                         const OptTensor& lse, const Options& o) {
+ForwardArgs forward_args(const TensorView& q, const TensorView& k, const TensorView& v, const OptTensor& out,
+                         const OptTensor& lse, const Common& c) {
   ForwardArgs a;
-  fill(&a, q, k, v, o);
+  fill(&a, q, k, v, c);
   a.out = view_of(out);
   a.lse = view_of(lse);
   return a;
 }
 
-BackwardArgs backward_args(const PyTensor& q, const PyTensor& k, const PyTensor& v, const OptTensor& out,
-                           const OptTensor& lse, const OptTensor& dout, const OptTensor& dq, const OptTensor& dk,
-                           const OptTensor& dv, bool deterministic, const Options& o) {
+BackwardArgs backward_args(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                           const TensorView& lse, const TensorView& dout, const TensorView& dq, const TensorView& dk,
+                           const TensorView& dv, bool deterministic, const Common& c) {
   BackwardArgs a;
-  fill(&a, q, k, v, o);
-  a.out = view_of(out);
-  a.lse = view_of(lse);
-  a.dout = view_of(dout);
-  a.dq = view_of(dq);
-  a.dk = view_of(dk);
-  a.dv = view_of(dv);
+  fill(&a, q, k, v, c);
+  a.out = out;
+  a.lse = lse;
+  a.dout = dout;
+  a.dq = dq;
+  a.dk = dk;
+  a.dv = dv;
   a.deterministic = deterministic;
   return a;
 }
 
-StatusTuple as_tuple(const Status& s) { return {static_cast<int>(s.code), s.message}; }
-
-// Each entry point is called with the GIL released: a CPU call may run for a while, and a CUDA call
-// only enqueues work on the caller's stream.
-StatusTuple py_forward(const PyTensor& q, const PyTensor& k, const PyTensor& v, const OptTensor& out,
-                    const OptTensor& lse, const Options& o, std::uintptr_t workspace, std::size_t workspace_bytes) {
-  ForwardArgs a = forward_args(q, k, v, out, lse, o);
-  a.workspace = reinterpret_cast<void*>(workspace);
-  a.workspace_bytes = workspace_bytes;
-  nb::gil_scoped_release release;
-  return as_tuple(flashattn::forward(a));
+nb::object status_or_none(const Status& s) {
+  if (s.ok()) return nb::none();
+  return nb::make_tuple(static_cast<int>(s.code), s.message);
 }
 
-std::tuple<int, std::string, std::size_t> py_forward_workspace(const PyTensor& q, const PyTensor& k, const PyTensor& v,
-                                                            const OptTensor& out, const OptTensor& lse,
-                                                            const Options& o) {
+// Query the workspace, take it from `alloc` (a Python callable: bytes → a buffer object with
+// data_ptr(), i.e. a torch tensor on the call's device) when one is needed, and run. The buffer is
+// held until the call returns; PyTorch's stream-ordered allocator keeps its memory for the kernel.
+// The run itself happens with the GIL released: a CPU call may take a while, and a CUDA call only
+// enqueues work on the caller's stream.
+template <class Args, class SizeFn, class RunFn>
+nb::object query_alloc_run(Args& a, const std::optional<nb::callable>& alloc, SizeFn size_of, RunFn run) {
   std::size_t bytes = 0;
-  Status s = forward_workspace_size(forward_args(q, k, v, out, lse, o), &bytes);
-  return {static_cast<int>(s.code), s.message, bytes};
+  Status s = size_of(a, &bytes);
+  if (!s.ok()) return status_or_none(s);
+  nb::object buffer;
+  if (bytes > 0) {
+    if (!alloc) return status_or_none(Status::invalid("workspace: this call needs " + std::to_string(bytes) +
+                                                      " bytes and no workspace allocator was given"));
+    buffer = (*alloc)(bytes);
+    a.workspace = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(buffer.attr("data_ptr")()));
+    a.workspace_bytes = bytes;
+  }
+  {
+    nb::gil_scoped_release release;
+    s = run(a);
+  }
+  return status_or_none(s);
 }
 
-StatusTuple py_backward(const PyTensor& q, const PyTensor& k, const PyTensor& v, const OptTensor& out,
-                     const OptTensor& lse, const OptTensor& dout, const OptTensor& dq, const OptTensor& dk,
-                     const OptTensor& dv, bool deterministic, const Options& o, std::uintptr_t workspace,
-                     std::size_t workspace_bytes) {
-  BackwardArgs a = backward_args(q, k, v, out, lse, dout, dq, dk, dv, deterministic, o);
-  a.workspace = reinterpret_cast<void*>(workspace);
-  a.workspace_bytes = workspace_bytes;
-  nb::gil_scoped_release release;
-  return as_tuple(flashattn::backward(a));
+nb::object py_forward(const TensorView& q, const TensorView& k, const TensorView& v, const OptTensor& out,
+                      const OptTensor& lse, OptTensor cu_seqlens_q, OptTensor cu_seqlens_k, int64_t max_seqlen_q,
+                      int64_t max_seqlen_k, std::optional<float> softmax_scale, bool causal, int64_t window_left,
+                      int64_t window_right, float softcap, std::string path, std::uintptr_t stream,
+                      std::optional<nb::callable> workspace_alloc) {
+  ForwardArgs a = forward_args(q, k, v, out, lse,
+                               common(std::move(cu_seqlens_q), std::move(cu_seqlens_k), max_seqlen_q, max_seqlen_k,
+                                      softmax_scale, causal, window_left, window_right, softcap, std::move(path),
+                                      stream));
+  return query_alloc_run(
+      a, workspace_alloc, [](const ForwardArgs& x, std::size_t* b) { return forward_workspace_size(x, b); },
+      [](const ForwardArgs& x) { return flashattn::forward(x); });
 }
 
-std::tuple<int, std::string, std::size_t> py_backward_workspace(const PyTensor& q, const PyTensor& k, const PyTensor& v,
-                                                             const OptTensor& out, const OptTensor& lse,
-                                                             const OptTensor& dout, const OptTensor& dq,
-                                                             const OptTensor& dk, const OptTensor& dv,
-                                                             bool deterministic, const Options& o) {
-  std::size_t bytes = 0;
-  Status s = backward_workspace_size(backward_args(q, k, v, out, lse, dout, dq, dk, dv, deterministic, o), &bytes);
-  return {static_cast<int>(s.code), s.message, bytes};
+nb::object py_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                       const TensorView& lse, const TensorView& dout, const TensorView& dq, const TensorView& dk,
+                       const TensorView& dv, bool deterministic, OptTensor cu_seqlens_q, OptTensor cu_seqlens_k,
+                       int64_t max_seqlen_q, int64_t max_seqlen_k, std::optional<float> softmax_scale, bool causal,
+                       int64_t window_left, int64_t window_right, float softcap, std::string path,
+                       std::uintptr_t stream, std::optional<nb::callable> workspace_alloc) {
+  BackwardArgs a = backward_args(q, k, v, out, lse, dout, dq, dk, dv, deterministic,
+                                 common(std::move(cu_seqlens_q), std::move(cu_seqlens_k), max_seqlen_q, max_seqlen_k,
+                                        softmax_scale, causal, window_left, window_right, softcap, std::move(path),
+                                        stream));
+  return query_alloc_run(
+      a, workspace_alloc, [](const BackwardArgs& x, std::size_t* b) { return backward_workspace_size(x, b); },
+      [](const BackwardArgs& x) { return flashattn::backward(x); });
+}
+
+std::string py_forward_path(const TensorView& q, const TensorView& k, const TensorView& v, const OptTensor& out,
+                            const OptTensor& lse, OptTensor cu_seqlens_q, OptTensor cu_seqlens_k,
+                            int64_t max_seqlen_q, int64_t max_seqlen_k, std::optional<float> softmax_scale,
+                            bool causal, int64_t window_left, int64_t window_right, float softcap, std::string path,
+                            std::uintptr_t stream) {
+  return forward_path(forward_args(q, k, v, out, lse,
+                                   common(std::move(cu_seqlens_q), std::move(cu_seqlens_k), max_seqlen_q,
+                                          max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap,
+                                          std::move(path), stream)));
 }
 
 }  // namespace
@@ -142,24 +206,24 @@ NB_MODULE(_C, m) {
   using namespace flashattn;
   m.doc() = "flashattn C++ API, torch-free: tensors are (data_ptr, dtype, device, shape, strides) tuples";
 
-  m.def("forward", &flashattn::py_forward, "q"_a, "k"_a, "v"_a, "out"_a.none(), "lse"_a.none(), "options"_a,
-        "workspace"_a, "workspace_bytes"_a, "Runs the forward; returns (status code, message).");
-  m.def("forward_workspace_size", &flashattn::py_forward_workspace, "q"_a, "k"_a, "v"_a, "out"_a.none(),
-        "lse"_a.none(), "options"_a, "Returns (status code, message, workspace bytes).");
-  m.def("backward", &flashattn::py_backward, "q"_a, "k"_a, "v"_a, "out"_a.none(), "lse"_a.none(), "dout"_a.none(),
-        "dq"_a.none(), "dk"_a.none(), "dv"_a.none(), "deterministic"_a, "options"_a, "workspace"_a,
-        "workspace_bytes"_a, "Runs the backward; returns (status code, message).");
-  m.def("backward_workspace_size", &flashattn::py_backward_workspace, "q"_a, "k"_a, "v"_a, "out"_a.none(),
-        "lse"_a.none(), "dout"_a.none(), "dq"_a.none(), "dk"_a.none(), "dv"_a.none(), "deterministic"_a,
-        "options"_a, "Returns (status code, message, workspace bytes).");
-  m.def(
-      "forward_path",
-      [](const PyTensor& q, const PyTensor& k, const PyTensor& v, const OptTensor& out, const OptTensor& lse,
-         const Options& o) { return flashattn::forward_path(forward_args(q, k, v, out, lse, o)); },
-      "q"_a, "k"_a, "v"_a, "out"_a.none(), "lse"_a.none(), "options"_a,
-      "Kernel family that would run this forward (\"cpu\", \"sm80\", ...), or \"\".");
-  m.def("cuda_available", &flashattn::cuda_available,
-        "True when the library was built with CUDA and a CUDA device is visible.");
+  // The keyword-only arguments shared by every entry point (see Common), with their defaults.
+#define FLASHATTN_COMMON_ARGS                                                                                  \
+  nb::kw_only(), "cu_seqlens_q"_a.none() = nb::none(), "cu_seqlens_k"_a.none() = nb::none(),                  \
+      "max_seqlen_q"_a = 0, "max_seqlen_k"_a = 0, "softmax_scale"_a.none() = nb::none(), "causal"_a = false, \
+      "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.f, "path"_a = "auto", "stream"_a = 0
+
+  m.def("forward", &py_forward, "q"_a, "k"_a, "v"_a, "out"_a.none(), "lse"_a.none(), FLASHATTN_COMMON_ARGS,
+        "workspace_alloc"_a.none() = nb::none(),
+        "Runs the forward (querying the workspace and taking it from workspace_alloc(bytes) when one is\n"
+        "needed); returns None on success, else (status code, message).");
+  m.def("backward", &py_backward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a,
+        "deterministic"_a, FLASHATTN_COMMON_ARGS, "workspace_alloc"_a.none() = nb::none(),
+        "Runs the backward, as forward; returns None on success, else (status code, message).");
+  m.def("forward_path", &py_forward_path, "q"_a, "k"_a, "v"_a, "out"_a.none(), "lse"_a.none(),
+        FLASHATTN_COMMON_ARGS, "Kernel family that would run this forward (\"cpu\", \"sm80\", ...), or \"\".");
+#undef FLASHATTN_COMMON_ARGS
+  m.def("families", &families, "The kernel families of this build, in the order path=\"auto\" tries them.");
+  m.def("cuda_available", &cuda_available, "True when the library was built with CUDA and a CUDA device is visible.");
 
   // The codes of the C++ enums, so Python never hard-codes them.
   m.attr("DTYPE_F32") = static_cast<int>(DType::f32);

@@ -5,11 +5,13 @@ Drop-in for flash-attn's functions (same names, arguments, defaults and return v
     from flashattn import flash_attn_func
     out = flash_attn_func(q, k, v, causal=True)   # q, k, v: (batch, seqlen, heads, headdim)
 
-The functions are differentiable, and call two PyTorch custom operators (torch.ops.flashattn.fwd and
-torch.ops.flashattn.bwd) that torch.compile traces without graph breaks.
+The functions are differentiable. Eagerly they call the library through a plain autograd.Function
+(the fast path); under torch.compile they call two PyTorch custom operators (torch.ops.flashattn.fwd
+and torch.ops.flashattn.bwd) that it traces without graph breaks. `path=` picks a kernel family
+(flashattn.families()).
 """
 from . import _C
-from ._ops import CudaError, FlashAttnError, InvalidArgumentError, NotSupportedError, forward_path
+from ._ops import CudaError, FlashAttnError, InvalidArgumentError, NotSupportedError, families, forward_path
 from .interface import (
     flash_attn_func,
     flash_attn_kvpacked_func,
@@ -30,5 +32,5 @@ def cuda_available() -> bool:
 __all__ = [
     "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
     "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "FlashAttnError",
-    "InvalidArgumentError", "NotSupportedError", "CudaError", "cuda_available", "forward_path", "__version__",
+    "InvalidArgumentError", "NotSupportedError", "CudaError", "cuda_available", "families", "forward_path", "__version__",
 ]

@@ -25,6 +25,8 @@ _MAX_HEAD_DIM = 256
 
 
 def _refuse_unsupported(dropout_p, alibi_slopes, block_table=None) -> None:
+    if dropout_p == 0.0 and alibi_slopes is None and block_table is None:
+        return  # what every call passes: decided in one comparison
     if dropout_p is None or float(dropout_p) < 0.0 or float(dropout_p) >= 1.0:
         raise ValueError(f"flashattn: dropout_p = {dropout_p} must be in [0, 1)")
     if float(dropout_p) > 0.0:
@@ -45,7 +47,8 @@ def _pad_head_dim(x: Tensor) -> Tensor:
 
 def _window(window_size, causal: bool) -> Tuple[int, int]:
     try:
-        left, right = (int(w) for w in window_size)
+        left, right = window_size
+        left, right = int(left), int(right)
     except (TypeError, ValueError):
         raise InvalidArgumentError(f"flashattn: window_size = {window_size!r} must be a pair (left, right) of ints, "
                                    f"-1 meaning unbounded") from None
@@ -53,23 +56,27 @@ def _window(window_size, causal: bool) -> Tuple[int, int]:
     return left, 0 if causal else right
 
 
-def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
-               window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table=None):
-    _refuse_unsupported(dropout_p, alibi_slopes, block_table)
+def _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor):
             raise TypeError(f"flashattn: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if cu_seqlens_q is not None:
+    if cu_seqlens_q is not None or cu_seqlens_k is not None:
         for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
             if not isinstance(t, Tensor) or t.dtype != torch.int32:
                 got = t.dtype if isinstance(t, Tensor) else type(t).__name__
                 raise InvalidArgumentError(f"flashattn: {name}: dtype {got}, expected torch.int32")
+
+
+def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+               window_size, softcap, alibi_slopes, deterministic, return_attn_probs, path, block_table=None):
+    _refuse_unsupported(dropout_p, alibi_slopes, block_table)
+    _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k)
     hdim_qk, hdim_v = q.shape[-1], v.shape[-1]
     scale = hdim_qk ** -0.5 if softmax_scale is None else float(softmax_scale)
     window_left, window_right = _window(window_size, causal)
-    out, lse = _ops.fwd(_pad_head_dim(q), _pad_head_dim(k), _pad_head_dim(v), cu_seqlens_q, cu_seqlens_k,
-                        max_seqlen_q, max_seqlen_k, scale, bool(causal), window_left, window_right,
-                        float(softcap), bool(deterministic))
+    out, lse = _ops.attention(_pad_head_dim(q), _pad_head_dim(k), _pad_head_dim(v), cu_seqlens_q, cu_seqlens_k,
+                              max_seqlen_q, max_seqlen_k, scale, bool(causal), window_left, window_right,
+                              float(softcap), bool(deterministic), path)
     if out.shape[-1] != hdim_v:
         out = out[..., :hdim_v]
     # flash-attn returns (out, softmax_lse, S_dmask); S_dmask exists only with dropout, so it is None.
@@ -77,7 +84,7 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, path="auto"):
     """Exact attention softmax(q kᵀ · softmax_scale) v, computed without materializing the scores.
 
     Arguments:
@@ -93,34 +100,39 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         alibi_slopes: must be None (not supported yet: NotImplementedError).
         deterministic: bitwise-reproducible backward (slower).
         return_attn_probs: also return softmax_lse and S_dmask (always None: probabilities are never stored).
+        path: (keyword only; not in flash-attn) which kernel family may run the call: "auto" (the
+            fastest that supports it), or one of flashattn.families() ("sm80", "cpu", ...) to run that
+            one or raise its reason (NotSupportedError; InvalidArgumentError for an unknown name).
     Returns:
         out: (batch_size, seqlen_q, nheads, headdim_v); with return_attn_probs,
         (out, softmax_lse (batch_size, nheads, seqlen_q) fp32, None).
     A query row that sees no key gets out = 0 and softmax_lse = +inf.
     """
     return _attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal, window_size, softcap,
-                      alibi_slopes, deterministic, return_attn_probs)
+                      alibi_slopes, deterministic, return_attn_probs, path)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                              path="auto"):
     """flash_attn_func on qkv (batch_size, seqlen, 3, nheads, headdim); the gradient is one tensor like qkv."""
     q, k, v = qkv.unbind(2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                           deterministic, return_attn_probs)
+                           deterministic, return_attn_probs, path=path)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                             path="auto"):
     """flash_attn_func on q and kv (batch_size, seqlen_k, 2, nheads_k, headdim)."""
     k, v = kv.unbind(2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                           deterministic, return_attn_probs)
+                           deterministic, return_attn_probs, path=path)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_attn_probs=False, block_table=None):
+                           deterministic=False, return_attn_probs=False, block_table=None, *, path="auto"):
     """flash_attn_func on variable-length sequences packed along the first dimension.
 
     Arguments:
@@ -128,29 +140,29 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         cu_seqlens_q, cu_seqlens_k: (batch_size + 1,) int32 cumulative offsets into q and k/v.
         max_seqlen_q, max_seqlen_k: the longest query / key sequence of the batch.
         block_table: must be None (paged KV is not supported yet: NotImplementedError).
-        The rest as flash_attn_func; masks are per sequence.
+        The rest (path included) as flash_attn_func; masks are per sequence.
     Returns:
         out: (total_q, nheads, headdim_v); with return_attn_probs, (out, softmax_lse (nheads, total_q), None).
     """
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
-                      causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, block_table)
+                      causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, path, block_table)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
                                      window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
-                                     return_attn_probs=False):
+                                     return_attn_probs=False, *, path="auto"):
     """flash_attn_varlen_func on qkv (total, 3, nheads, headdim), one cu_seqlens for queries and keys."""
     q, k, v = qkv.unbind(1)
     return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p,
                                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                                  return_attn_probs)
+                                  return_attn_probs, path=path)
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                                     softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+                                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, path="auto"):
     """flash_attn_varlen_func on q (total_q, nheads, headdim) and kv (total_k, 2, nheads_k, headdim)."""
     k, v = kv.unbind(1)
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                                  return_attn_probs)
+                                  return_attn_probs, path=path)

@@ -65,7 +65,7 @@ struct TensorView {
   int64_t stride[kMaxRank] = {0, 0, 0, 0};
 
   bool empty() const { return data == nullptr && rank == 0; }
-  int64_t numel() const;
+  int64_t numel() const;  // 0 for an invalid rank or a size ≤ 0; saturates at INT64_MAX
   // A contiguous (row-major) view of `shape`.
   static TensorView contiguous(void* data, DType dtype, Device device, std::initializer_list<int64_t> shape);
 };

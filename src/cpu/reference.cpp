@@ -120,10 +120,19 @@ T dot(const T* a, const T* b, int64_t n) {
   return acc;
 }
 
+double unit_roundoff(DType dtype);
+
 template <class T>
 T abs_dot(const T* a, const T* b, int64_t n) {
   T acc = 0;
   for (int64_t d = 0; d < n; ++d) acc += std::abs(a[d] * b[d]);
+  return acc;
+}
+
+template <class T>
+T square_dot(const T* a, const T* b, int64_t n) {
+  T acc = 0;
+  for (int64_t d = 0; d < n; ++d) acc += (a[d] * b[d]) * (a[d] * b[d]);
   return acc;
 }
 
@@ -232,7 +241,11 @@ void backward_impl(const Problem<T>& P, const std::vector<int64_t>& q_rows, cons
   const Layout& L = P.L;
   const int64_t Hq = L.heads_q, dqk = L.hdim_qk, dv = L.hdim_v;
   const size_t nqh = static_cast<size_t>(L.total_q * Hq);
-  std::vector<T> lse(nqh, T(0)), D(nqh, T(0)), D_terms(nqh, T(0));  // D_terms = Σ|dO∘O|
+  // D_terms = Σ|dO∘O| (float32's cancellation in dP − D) + the expected error of D from O stored in
+  // the dtype, √Σ(dO∘O)² · u/u₃₂ (the backward is given O rounded; its rounding reaches dS through
+  // D, amplified where dP − D cancels: few visible keys), both in units of u₃₂ / kCancellationUlps.
+  std::vector<T> lse(nqh, T(0)), D(nqh, T(0)), D_terms(nqh, T(0));
+  const double dtype_rounding = unit_roundoff(P.dtype) / unit_roundoff(DType::f32) / kCancellationUlps;
   const std::vector<int64_t> all_q = rows_to_compute(nullptr, L.total_q, true, L);
   const int64_t n1 = static_cast<int64_t>(all_q.size()) * Hq;
 #pragma omp parallel
@@ -244,7 +257,10 @@ void backward_impl(const Problem<T>& P, const std::vector<int64_t>& q_rows, cons
       const Sequence& seq = L.seqs[L.seq_of_q_row(row)];
       forward_row(P, seq, row - seq.q_begin, h, s, out.data(), &lse[row * Hq + h]);
       D[row * Hq + h] = dot(P.do_row(row, h), out.data(), dv);
-      D_terms[row * Hq + h] = abs_dot(P.do_row(row, h), out.data(), dv);
+      if constexpr (std::is_same_v<T, double>) {
+        D_terms[row * Hq + h] =
+            abs_dot(P.do_row(row, h), out.data(), dv) + dtype_rounding * std::sqrt(square_dot(P.do_row(row, h), out.data(), dv));
+      }
     }
   }
 

@@ -424,8 +424,6 @@ def estimate_seconds(plan, reps, results_file):
               for m in ("fwd", "bwd")}
     total = 0.0
     for part, cells in plan:
-        if part == "varlen" and cells:
-            result["varlen_lengths"] = cells[0]["lengths"]  # the rows carry only their mean and count
         if part == "overhead":
             total += 10.0  # 2 modes × 3 impls × 7 rounds × 330 calls of ≤ 1 ms, and warm-up
             continue

@@ -1,5 +1,5 @@
 // Where one sequence of the batch lives and how long it is: the uniform indexing of
-// src/api/params.hpp for padded and variable-length (varlen) batches. Shared by the sm80 forward
+// src/backend/params.hpp for padded and variable-length (varlen) batches. Shared by the sm80 forward
 // and backward kernels.
 //
 //   element (b, row, h, d) of q is at  q + b·batch_stride + (row_offset(b) + row)·row_stride

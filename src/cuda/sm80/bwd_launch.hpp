@@ -1,6 +1,6 @@
-// The sm80 backward's launch functions, as the host dispatch (bwd_api.cu) sees them. The main
+// The sm80 backward's launch functions, as the host dispatch (bwd_plan.cu) sees them. The main
 // kernel's are defined per (dtype, head dim) instance in generated translation units
-// (bwd_instance.cu.in, listed by backward.cmake); the pre/postprocess ones in bwd_prepost.cu.
+// (bwd_instance.cu.in, listed by sm80.cmake); the pre/postprocess ones in bwd_prepost.cu.
 // Each launches on `stream`, never synchronizes, and returns cuda_error if the launch failed.
 #pragma once
 

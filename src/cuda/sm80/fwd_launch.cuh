@@ -99,7 +99,7 @@ Status fwd_device_check_traits() {
 }
 
 // The kernel of (Tag, D, masked) for this GPU: the big_smem shape's when it has one and the GPU
-// takes it (fwd_dispatch.cu decides), else the shape every sm_80+ GPU with 163 KB runs.
+// takes it (fwd_plan.cu decides), else the shape every sm_80+ GPU with 163 KB runs.
 template <class Tag, int kHeadDim, bool kMasked>
 Status fwd_run_shape(const FwdParams& p, bool big_smem) {
   if constexpr (fwd_has_big_smem_shape(kHeadDim, dtype_of<Tag>())) {

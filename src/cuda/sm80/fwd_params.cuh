@@ -1,4 +1,4 @@
-// Device-side arguments of the sm80 forward kernel: FwdParams (src/api/params.hpp) reduced to what
+// Device-side arguments of the sm80 forward kernel: FwdParams (src/backend/params.hpp) reduced to what
 // the kernel reads, sizes narrowed to int where the host has checked they fit (kMaxSeqlen, grid).
 #pragma once
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "flashattn/flashattn_c.h"
+#include "support/c_abi.hpp"
 #include "support/check.hpp"
 
 namespace fa_test {
@@ -12,28 +13,9 @@ namespace {
 
 using namespace flashattn;
 
-fa_tensor to_c(const TensorView& t) {
-  fa_tensor c{};
-  c.data = t.data;
-  c.dtype = static_cast<int32_t>(t.dtype);
-  c.device = static_cast<int32_t>(t.device);
-  c.rank = t.rank;
-  for (int i = 0; i < TensorView::kMaxRank; ++i) {
-    c.shape[i] = t.shape[i];
-    c.stride[i] = t.stride[i];
-  }
-  return c;
-}
-
 // The options live beside the args (fa_args points at them).
-fa_args to_c(const BackwardArgs& b, fa_options* o) {
-  fa_options_init(o);
-  o->has_softmax_scale = b.options.softmax_scale.has_value();
-  o->softmax_scale = b.options.softmax_scale.value_or(0.f);
-  o->causal = b.options.causal;
-  o->window_left = b.options.window_left;
-  o->window_right = b.options.window_right;
-  o->softcap = b.options.softcap;
+fa_args args_to_c(const BackwardArgs& b, fa_options* o) {
+  to_c(b.options, o);
   fa_args a;
   fa_args_init(&a);
   a.options = o;
@@ -61,7 +43,7 @@ class CApi : public ::testing::Test {
     p = make_problem(Case::varlen({9, 0, 20}, {12, 5, 17}, 4, 2, 64).causal_mask().cap(8.f).scale(0.2f)
                          .layout(Strides::padded),
                      rng);
-    args = to_c(p.backward_args(host), &options);
+    args = args_to_c(p.backward_args(host), &options);
   }
   DeviceMirror host{Backend::host()};
   Problem p;
@@ -124,7 +106,7 @@ TEST_F(CApi, RankAndEnumsOutOfRangeAreRejected) {
   args.q.rank = 9;
   EXPECT_EQ(fa_forward(&args, msg, sizeof msg), static_cast<int>(StatusCode::invalid_argument));
   EXPECT_NE(std::strstr(msg, "q:"), nullptr) << msg;
-  args = to_c(p.backward_args(host), &options);
+  args = args_to_c(p.backward_args(host), &options);
   args.q.dtype = 77;
   EXPECT_EQ(fa_forward(&args, msg, sizeof msg), static_cast<int>(StatusCode::invalid_argument));
   EXPECT_NE(std::strstr(msg, "q: dtype"), nullptr) << msg;
@@ -191,7 +173,7 @@ TEST_F(CApi, NullOptionsAreTheDefaults) {
   Rng rng;
   Problem plain = make_problem(Case::padded(2, 33, 47, 2, 1, 64), rng);  // default scale, no mask, no cap
   fa_options unused;
-  fa_args a = to_c(plain.backward_args(host), &unused);
+  fa_args a = args_to_c(plain.backward_args(host), &unused);
   a.options = nullptr;
   for (HostTensor* t : {&plain.out, &plain.lse}) t->poison();
   for (HostTensor* t : {&plain.q, &plain.k, &plain.v, &plain.out, &plain.lse}) t->snapshot();

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "flashattn/flashattn_c.h"
+#include "support/c_abi.hpp"
 #include "support/check.hpp"
 
 namespace fa_test {
@@ -107,28 +108,11 @@ bool known_code(const Status& s) {
   return c >= 0 && c <= static_cast<int>(StatusCode::internal) && (s.ok() || !s.message.empty());
 }
 
-// The C ABI view of a C++ tensor view.
-fa_tensor to_c(const TensorView& t) {
-  fa_tensor c{};
-  c.data = t.data;
-  c.dtype = static_cast<int32_t>(t.dtype);
-  c.device = static_cast<int32_t>(t.device);
-  c.rank = t.rank;
-  for (int i = 0; i < TensorView::kMaxRank; ++i) c.shape[i] = t.shape[i], c.stride[i] = t.stride[i];
-  return c;
-}
-
 // The same forward through the C ABI, with its own struct-level mutations; the code must be the
 // C++ call's unless a mutation changed what the call means.
 void fuzz_c_abi(Draw& d, const ForwardArgs& f, const Status& cpp) {
   fa_options o;
-  fa_options_init(&o);
-  o.has_softmax_scale = f.options.softmax_scale.has_value();
-  o.softmax_scale = f.options.softmax_scale.value_or(0.f);
-  o.causal = f.options.causal;
-  o.window_left = f.options.window_left;
-  o.window_right = f.options.window_right;
-  o.softcap = f.options.softcap;
+  to_c(f.options, &o);
   fa_args a;
   fa_args_init(&a);
   a.q = to_c(f.q), a.k = to_c(f.k), a.v = to_c(f.v), a.out = to_c(f.out), a.lse = to_c(f.lse);

@@ -173,6 +173,20 @@ def _empty(shape, dtype: torch.dtype, like: Tensor) -> Tensor:
     return t
 
 
+def _rows(shape, like: Tensor, cu_seqlens: Optional[Tensor]) -> Tensor:
+    """A varlen output (out, dq, dk, dv) whose packed rows outside [cu_seqlens[0], cu_seqlens[-1])
+    -- rows of no sequence, which the kernels do not write -- are 0. Without the offsets' values
+    (reading them would synchronize with the GPU) that means zeros throughout; under
+    FLASHATTN_POISON the rows the kernels must write stay NaN (a testing aid: it reads them)."""
+    if not POISON_OUTPUTS or cu_seqlens is None or cu_seqlens.numel() == 0:
+        return like.new_zeros(shape)
+    t = _empty(shape, like.dtype, like)
+    first, last = max(0, int(cu_seqlens[0])), max(0, int(cu_seqlens[-1]))
+    t[:first].zero_()
+    t[last:].zero_()
+    return t
+
+
 def _out_shapes(q: Tensor, v: Tensor, varlen: bool):
     out = (*q.shape[:-1], v.shape[-1])
     lse = (q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1])
@@ -232,7 +246,7 @@ def run_forward(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor],
     cu_seqlens_q, cu_q = _offsets("cu_seqlens_q", cu_seqlens_q)
     cu_seqlens_k, cu_k = _offsets("cu_seqlens_k", cu_seqlens_k)
     out_shape, lse_shape = _out_shapes(q, v, varlen)
-    out = _empty(out_shape, q.dtype, q)
+    out = _rows(out_shape, q, cu_seqlens_q) if varlen else _empty(out_shape, q.dtype, q)
     lse = _empty(lse_shape, torch.float32, q)
     _call(_C.forward, q, _view("q", q), _view("k", k), _view("v", v), _view("out", out), _view("lse", lse),
           cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
@@ -246,16 +260,17 @@ def run_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse
                  max_seqlen_k: int, softmax_scale: float, causal: bool, window_left: int, window_right: int,
                  softcap: float, deterministic: bool, path: str = "auto") -> Tuple[Tensor, Tensor, Tensor]:
     """Attention backward from the forward's out and lse: returns (dq, dk, dv)."""
-    _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, dout)
+    varlen = _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse, dout)
     _check_device_type(q)
     q, k, v, out, dout = _usable(q), _usable(k), _usable(v), _usable(out), _usable(dout)
     cu_seqlens_q, cu_q = _offsets("cu_seqlens_q", cu_seqlens_q)
     cu_seqlens_k, cu_k = _offsets("cu_seqlens_k", cu_seqlens_k)
     if lse.stride(-1) != 1 and lse.shape[-1] > 1:
         lse = lse.contiguous()
-    dq = _empty(q.shape, q.dtype, q)
-    dk = _empty(k.shape, k.dtype, k)
-    dv = _empty(v.shape, v.dtype, v)
+    if varlen:  # rows outside the sequences are 0 in the gradients, as in out
+        dq, dk, dv = _rows(q.shape, q, cu_seqlens_q), _rows(k.shape, k, cu_seqlens_k), _rows(v.shape, v, cu_seqlens_k)
+    else:
+        dq, dk, dv = _empty(q.shape, q.dtype, q), _empty(k.shape, k.dtype, k), _empty(v.shape, v.dtype, v)
     _call(_C.backward, q, _view("q", q), _view("k", k), _view("v", v), _view("out", out), _view("lse", lse),
           _view("dout", dout), _view("dq", dq), _view("dk", dk), _view("dv", dv), deterministic,
           cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,

@@ -8,6 +8,8 @@ alibi_slopes, block_table (paged KV).
 """
 from __future__ import annotations
 
+import numbers
+import operator
 from typing import Optional, Tuple
 
 import torch
@@ -24,18 +26,104 @@ _HEAD_DIM_MULTIPLE = 8  # the kernels take head dims that are multiples of 8; ot
 _MAX_HEAD_DIM = 256
 
 
+_INT64_MAX = 2**63 - 1
+
+
+# ---- argument checks: every public function's arguments are checked once, here -------------------
+# The common call (float or None scale, bool flags, int window) is decided by a few `type(x) is`
+# tests; anything else takes the slow path, which accepts what is equivalent (ints for floats,
+# numpy scalars) and refuses the rest by name.
+
 def _refuse_unsupported(dropout_p, alibi_slopes, block_table=None) -> None:
     if dropout_p == 0.0 and alibi_slopes is None and block_table is None:
         return  # what every call passes: decided in one comparison
-    if dropout_p is None or float(dropout_p) < 0.0 or float(dropout_p) >= 1.0:
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
+        raise TypeError(f"flashattn: dropout_p must be a float, got {type(dropout_p).__name__}")
+    if not 0.0 <= dropout_p < 1.0:  # NaN fails too
         raise ValueError(f"flashattn: dropout_p = {dropout_p} must be in [0, 1)")
-    if float(dropout_p) > 0.0:
+    if dropout_p > 0.0:
         raise NotImplementedError(
             f"flashattn: dropout_p = {dropout_p} is not supported yet (attention dropout); pass dropout_p=0.0")
     if alibi_slopes is not None:
         raise NotImplementedError("flashattn: alibi_slopes is not supported yet (ALiBi bias); pass alibi_slopes=None")
     if block_table is not None:
         raise NotImplementedError("flashattn: block_table is not supported yet (paged KV cache); pass block_table=None")
+
+
+def _real(name: str, x) -> float:
+    """x as a float: a Python or numpy real number, not a bool, str or tensor. The value (finite,
+    in range) is the library's to check."""
+    if type(x) is float:
+        return x
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"flashattn: {name} must be a float, got {type(x).__name__} {x!r}")
+    return float(x)
+
+
+def _flag(name: str, x) -> bool:
+    """x as a bool: a bool or an int (0 or 1), not a str, None or tensor."""
+    if type(x) is bool:
+        return x
+    if isinstance(x, int) and x in (0, 1):
+        return bool(x)
+    raise TypeError(f"flashattn: {name} must be a bool, got {type(x).__name__} {x!r}")
+
+
+def _integer(name: str, x) -> int:
+    """x as an int64: an int (or anything with __index__, numpy ints), not a float; values beyond
+    int64 are clamped (a window or sequence length that large is as good as unbounded)."""
+    if type(x) is not int:
+        if isinstance(x, bool):
+            raise TypeError(f"flashattn: {name} must be an int, got bool {x!r}")
+        try:
+            x = operator.index(x)
+        except TypeError:
+            raise TypeError(f"flashattn: {name} must be an int, got {type(x).__name__} {x!r}") from None
+    return x if -_INT64_MAX <= x <= _INT64_MAX else max(-_INT64_MAX - 1, min(x, _INT64_MAX))
+
+
+def _window(window_size, causal: bool) -> Tuple[int, int]:
+    try:
+        left, right = window_size
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"flashattn: window_size = {window_size!r} must be a pair (left, right) of ints, "
+                                   f"-1 meaning unbounded") from None
+    if type(left) is not int or type(right) is not int or not (
+            -1 <= left <= _INT64_MAX and -1 <= right <= _INT64_MAX):
+        try:
+            left, right = _integer("window_size", left), _integer("window_size", right)
+        except TypeError:
+            raise InvalidArgumentError(f"flashattn: window_size = {window_size!r} must be a pair (left, right) of "
+                                       f"ints, -1 meaning unbounded") from None
+    # As flash-attn: causal means right = 0, whatever window_size says (HF passes (w, w) with causal).
+    return left, 0 if causal else right
+
+
+def _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k) -> None:
+    """q, k, v are tensors of the layout's rank (checked before their shapes are read); cu_seqlens int32."""
+    if not (isinstance(q, Tensor) and isinstance(k, Tensor) and isinstance(v, Tensor)):
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"flashattn: {name} must be a torch.Tensor, got {type(t).__name__}")
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    rank = 3 if varlen else 4
+    if q.dim() != rank or k.dim() != rank or v.dim() != rank:
+        _ops._refuse_ranks(q, k, v, rank, varlen)
+    if varlen:
+        for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+            if not isinstance(t, Tensor) or t.dtype != torch.int32:
+                got = t.dtype if isinstance(t, Tensor) else type(t).__name__
+                raise InvalidArgumentError(f"flashattn: {name}: dtype {got}, expected torch.int32")
+
+
+def _unpack(name: str, t, dim: int, n: int, layout: str):
+    """The n tensors packed along `dim` of t (qkv: 3, kv: 2), refused by name when t is not so packed."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"flashattn: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != len(layout.split(",")) or t.shape[dim] != n:
+        raise InvalidArgumentError(f"flashattn: {name}: shape {list(t.shape)}, expected [{layout}] "
+                                   f"(size {n} in dimension {dim})")
+    return t.unbind(dim)
 
 
 def _pad_head_dim(x: Tensor) -> Tensor:
@@ -45,38 +133,28 @@ def _pad_head_dim(x: Tensor) -> Tensor:
     return F.pad(x, (0, _HEAD_DIM_MULTIPLE - d % _HEAD_DIM_MULTIPLE))
 
 
-def _window(window_size, causal: bool) -> Tuple[int, int]:
-    try:
-        left, right = window_size
-        left, right = int(left), int(right)
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(f"flashattn: window_size = {window_size!r} must be a pair (left, right) of ints, "
-                                   f"-1 meaning unbounded") from None
-    # As flash-attn: causal means right = 0, whatever window_size says (HF passes (w, w) with causal).
-    return left, 0 if causal else right
-
-
-def _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"flashattn: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if cu_seqlens_q is not None or cu_seqlens_k is not None:
-        for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-            if not isinstance(t, Tensor) or t.dtype != torch.int32:
-                got = t.dtype if isinstance(t, Tensor) else type(t).__name__
-                raise InvalidArgumentError(f"flashattn: {name}: dtype {got}, expected torch.int32")
-
-
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
                window_size, softcap, alibi_slopes, deterministic, return_attn_probs, path, block_table=None):
     _refuse_unsupported(dropout_p, alibi_slopes, block_table)
     _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k)
     hdim_qk, hdim_v = q.shape[-1], v.shape[-1]
-    scale = hdim_qk ** -0.5 if softmax_scale is None else float(softmax_scale)
+    if softmax_scale is None:
+        # A head dim of 0 gets a placeholder scale: the library refuses the call by hdim's value.
+        scale = hdim_qk ** -0.5 if hdim_qk > 0 else 1.0
+    else:
+        scale = _real("softmax_scale", softmax_scale)
+    causal = _flag("causal", causal)
     window_left, window_right = _window(window_size, causal)
+    softcap = softcap if type(softcap) is float else _real("softcap", softcap)
+    deterministic = _flag("deterministic", deterministic)
+    return_attn_probs = _flag("return_attn_probs", return_attn_probs)
+    if type(path) is not str:
+        raise TypeError(f"flashattn: path must be a str, got {type(path).__name__} {path!r}")
+    if type(max_seqlen_q) is not int or type(max_seqlen_k) is not int:
+        max_seqlen_q, max_seqlen_k = _integer("max_seqlen_q", max_seqlen_q), _integer("max_seqlen_k", max_seqlen_k)
     out, lse = _ops.attention(_pad_head_dim(q), _pad_head_dim(k), _pad_head_dim(v), cu_seqlens_q, cu_seqlens_k,
-                              max_seqlen_q, max_seqlen_k, scale, bool(causal), window_left, window_right,
-                              float(softcap), bool(deterministic), path)
+                              max_seqlen_q, max_seqlen_k, scale, causal, window_left, window_right,
+                              softcap, deterministic, path)
     if out.shape[-1] != hdim_v:
         out = out[..., :hdim_v]
     # flash-attn returns (out, softmax_lse, S_dmask); S_dmask exists only with dropout, so it is None.
@@ -116,7 +194,7 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
                               softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
                               path="auto"):
     """flash_attn_func on qkv (batch_size, seqlen, 3, nheads, headdim); the gradient is one tensor like qkv."""
-    q, k, v = qkv.unbind(2)
+    q, k, v = _unpack("qkv", qkv, 2, 3, "batch, seqlen, 3, heads, headdim")
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                            deterministic, return_attn_probs, path=path)
 
@@ -125,7 +203,7 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
                              path="auto"):
     """flash_attn_func on q and kv (batch_size, seqlen_k, 2, nheads_k, headdim)."""
-    k, v = kv.unbind(2)
+    k, v = _unpack("kv", kv, 2, 2, "batch, seqlen_k, 2, heads_k, headdim")
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                            deterministic, return_attn_probs, path=path)
 
@@ -143,6 +221,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         The rest (path included) as flash_attn_func; masks are per sequence.
     Returns:
         out: (total_q, nheads, headdim_v); with return_attn_probs, (out, softmax_lse (nheads, total_q), None).
+    Packed rows outside [cu_seqlens_q[0], cu_seqlens_q[-1]) (of k/v: cu_seqlens_k) belong to no sequence:
+    they are 0 in out and in the gradients (softmax_lse there is unspecified).
     """
     return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                       causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, path, block_table)
@@ -152,7 +232,7 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
                                      return_attn_probs=False, *, path="auto"):
     """flash_attn_varlen_func on qkv (total, 3, nheads, headdim), one cu_seqlens for queries and keys."""
-    q, k, v = qkv.unbind(1)
+    q, k, v = _unpack("qkv", qkv, 1, 3, "total, 3, heads, headdim")
     return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p,
                                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                                   return_attn_probs, path=path)
@@ -162,7 +242,7 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                                     alibi_slopes=None, deterministic=False, return_attn_probs=False, *, path="auto"):
     """flash_attn_varlen_func on q (total_q, nheads, headdim) and kv (total_k, 2, nheads_k, headdim)."""
-    k, v = kv.unbind(1)
+    k, v = _unpack("kv", kv, 1, 2, "total_k, 2, heads_k, headdim")
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                                   return_attn_probs, path=path)

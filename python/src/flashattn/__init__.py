@@ -11,8 +11,7 @@ and torch.ops.flashattn.bwd) that it traces without graph breaks. `path=` picks 
 (flashattn.families()).
 """
 from . import _C
-from ._ops import (CudaError, FlashAttnError, InvalidArgumentError, NotSupportedError, empty_workspace_cache, families,
-                   forward_path)
+from ._ops import CudaError, FlashAttnError, InvalidArgumentError, NotSupportedError, families, forward_path
 from .interface import (
     flash_attn_func,
     flash_attn_kvpacked_func,
@@ -33,6 +32,5 @@ def cuda_available() -> bool:
 __all__ = [
     "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
     "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "FlashAttnError",
-    "InvalidArgumentError", "NotSupportedError", "CudaError", "cuda_available", "empty_workspace_cache", "families",
-    "forward_path", "__version__",
+    "InvalidArgumentError", "NotSupportedError", "CudaError", "cuda_available", "families", "forward_path", "__version__",
 ]

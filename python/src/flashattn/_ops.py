@@ -200,31 +200,14 @@ def _cpu_workspace(nbytes: int) -> Tensor:
 
 
 class _CudaWorkspace:
-    """workspace_alloc for one CUDA device. Eagerly, one buffer per stream, kept and grown to the
-    largest call so far: calls on one stream are ordered, so the next call's kernels start after the
-    last one's are done with it (allocating the outputs and a fresh ~100-400 MB workspace per
-    backward cost 0.14-0.23 ms on the H200, docs/python.md). While a CUDA graph is being captured, a fresh allocation per call
-    (the graph keeps its own memory). `flashattn.empty_workspace_cache()` releases the buffers."""
+    """workspace_alloc for one CUDA device: freed when the call returns; PyTorch's stream-ordered
+    allocator keeps the memory for the kernel enqueued on the current stream."""
 
     def __init__(self, index: int):
         self.device = torch.device("cuda", index)
-        self.by_stream = {}
 
     def __call__(self, nbytes: int) -> Tensor:
-        if torch.cuda.is_current_stream_capturing():
-            return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-        stream = torch._C._cuda_getCurrentRawStream(self.device.index)
-        buf = self.by_stream.get(stream)
-        if buf is None or buf.numel() < nbytes:
-            self.by_stream[stream] = None  # free the smaller one first
-            buf = self.by_stream[stream] = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-        return buf
-
-
-def empty_workspace_cache() -> None:
-    """Releases the CUDA workspace buffers kept for the backward (one per device and stream)."""
-    for w in _CUDA_WORKSPACES.values():
-        w.by_stream.clear()
+        return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
 
 
 _CUDA_WORKSPACES = {}

@@ -9,7 +9,7 @@ ctest --test-dir build --output-on-failure -j "$(nproc)" --timeout 1800 || rc=$?
 # GoogleTest prints a skipped case's reason on the line after "file:line: Skipped".
 log=build/Testing/Temporary/LastTest.log
 if [ -f "$log" ] && grep -q ': Skipped$' "$log"; then
-  echo "test: skipped cases by reason:"
+  echo "test: skipped GoogleTest cases by reason (a ctest entry may hold many):"
   awk '/: Skipped$/ { getline r; print (r == "" || r ~ /^\[  SKIPPED/ ? "(no reason given)" : r) }' "$log" |
     sort | uniq -c | sort -rn | sed 's/^ */  /'
 fi

@@ -119,6 +119,13 @@ TEST_F(CApi, PathAndCudaAvailability) {
   EXPECT_NE(std::strstr(fa_families(), "cpu"), nullptr) << fa_families();
 }
 
+TEST(Families, EachNamesItsDevice) {
+  for (const std::string& name : families()) EXPECT_TRUE(family_device(name).has_value()) << name;
+  EXPECT_EQ(family_device("cpu"), Device::cpu);
+  EXPECT_EQ(family_device("sm80"), Device::cuda);  // listed (and refusing) in a build without CUDA too
+  EXPECT_FALSE(family_device("tpu").has_value());
+}
+
 TEST_F(CApi, PathRestrictsTheFamily) {
   args.path = "cpu";
   EXPECT_EQ(fa_forward(&args, msg, sizeof msg), 0) << msg;

@@ -114,6 +114,8 @@ struct BackwardArgs : AttentionArgs {
 // The kernel families this build knows, in the order "auto" tries them ("sm80", "cpu", ...), and
 // the one that would run a call ("" when none).
 std::vector<std::string> families();
+// The device whose tensors family `name` runs (cpu or cuda); empty for a name this build lacks.
+std::optional<Device> family_device(const std::string& name);
 std::string forward_path(const ForwardArgs& args);
 std::string backward_path(const BackwardArgs& args);
 

@@ -70,6 +70,13 @@ std::vector<std::string> families() {
   return names;
 }
 
+std::optional<Device> family_device(const std::string& name) {
+  for (const Family* f : family_table()) {
+    if (name == f->name) return f->device;
+  }
+  return std::nullopt;
+}
+
 namespace {
 
 // Validation, then the one selection: the Plan every entry point works from.

@@ -24,28 +24,6 @@ int64_t checked_product(std::initializer_list<int64_t> factors) {
   return static_cast<int64_t>(p);
 }
 
-// Whether the library runs family `path` on cpu tensors: asks supports() about a one-row problem
-// of the run's dtype, head dims and options on the host. The library knows which device each
-// family runs; its public API answers this question only through a call. "" or why not.
-std::string cpu_runs(const RunOptions& o) {
-  const int64_t d_qk = o.headdim.value_or(defaults_for(flashattn::Device::cpu).headdim);
-  const int64_t d_v = o.headdim_v.value_or(d_qk);
-  const flashattn::DType dtype = o.dtype.value_or(defaults_for(flashattn::Device::cpu).dtype);
-  std::vector<float> qk(static_cast<std::size_t>(d_qk)), v(static_cast<std::size_t>(d_v)), out(v.size()), lse(1);
-  auto view = [&](void* data, int64_t d) {
-    return flashattn::TensorView::contiguous(data, dtype, flashattn::Device::cpu, {1, 1, 1, d});
-  };
-  flashattn::ForwardArgs a;
-  a.q = view(qk.data(), d_qk);
-  a.k = view(qk.data(), d_qk);
-  a.v = view(v.data(), d_v);
-  a.out = view(out.data(), d_v);
-  a.lse = flashattn::TensorView::contiguous(lse.data(), flashattn::DType::f32, flashattn::Device::cpu, {1, 1, 1});
-  a.options = o.attention;
-  a.path = o.path;
-  return flashattn::supports(a).message;
-}
-
 std::string no_cuda_reason() {
 #ifdef FLASHATTN_CLI_WITH_CUDA
   return "no CUDA device is visible";
@@ -70,13 +48,12 @@ bool resolve(const RunOptions& o, RunConfig* c, std::string* error) {
     case Backend::automatic:
       if (o.path == "auto") {
         c->device = flashattn::cuda_available() ? Device::cuda : Device::cpu;
-      } else if (const std::string why_not_cpu = cpu_runs(o); why_not_cpu.empty()) {
-        c->device = Device::cpu;
-      } else if (flashattn::cuda_available()) {
-        c->device = Device::cuda;
-      } else {
-        *error = "--path " + o.path + ": " + no_cuda_reason() + ", and the cpu does not run it (" + why_not_cpu + ")";
-        return false;
+      } else {  // a family implies its device (the option parser has checked the name)
+        c->device = flashattn::family_device(o.path).value_or(Device::cpu);
+        if (c->device == Device::cuda && !flashattn::cuda_available()) {
+          *error = "--path " + o.path + ": " + no_cuda_reason() + " (" + o.path + " runs cuda tensors)";
+          return false;
+        }
       }
       break;
   }

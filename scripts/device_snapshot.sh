@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 rm -rf .snap
 mkdir -p .snap/.deps
 git archive HEAD | tar -x -C .snap
+git rev-parse --short HEAD >.snap/COMMIT  # the snapshot has no .git: gpu_check.sh reads this
 src=${GTEST_SRC:-/usr/src/googletest}
 [ -f "$src/CMakeLists.txt" ] || { echo "device_snapshot: no GoogleTest sources at $src (apt-get install googletest)"; exit 1; }
 cp -r "$src" .snap/.deps/googletest

@@ -10,6 +10,9 @@
 //   out  [batch, seqlen_q, heads_q,  hdim_v ]      varlen: [total_q, heads_q,  hdim_v ]
 //   lse  fp32 [batch, heads_q, seqlen_q]           varlen: [heads_q, total_q]
 //   cu_seqlens_q / cu_seqlens_k: int32 [batch + 1] cumulative offsets (varlen only)
+// Varlen: packed rows outside [cu_seqlens[0], cu_seqlens[batch]) belong to no sequence and are
+// neither read nor written: out, lse, dq (query side) and dk, dv (key side) keep whatever those
+// rows held. A caller that needs them defined zeroes them (the Python API allocates them zeroed).
 //
 // Semantics: S = q·kᵀ·softmax_scale; if softcap > 0, S = softcap·tanh(S / softcap); masked entries
 // are −inf; P = softmax(S) per row; out = P·v; lse = log Σ exp(S) per row (natural log).

@@ -9,9 +9,9 @@ import torch
 os.environ.setdefault("FLASHATTN_POISON", "1")  # before flashattn is imported: outputs start as NaN
 
 import flashattn  # noqa: E402
-from flashattn import _ops  # noqa: E402
+from flashattn import _C  # noqa: E402
 
-_ops.POISON_OUTPUTS = True
+_C.set_poison_outputs(True)
 
 CUDA_OK = torch.cuda.is_available() and flashattn.cuda_available()
 if not torch.cuda.is_available():

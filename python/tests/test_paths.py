@@ -72,7 +72,9 @@ def test_forward_path_takes_path():
 
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["nograd", "grad"])
 @pytest.mark.parametrize("device", DEVICES)
-def test_eager_fast_path_and_custom_op_are_identical(device, requires_grad):
+def test_attention_and_the_operator_are_identical(device, requires_grad):
+    """The entry point flash_attn_func uses (the C++ callable beneath the operator) and the operator
+    itself (what torch.compile traces) give bitwise the same outputs and gradients."""
     dtype = DEFAULT_DTYPE[device]
     q, k, v = qkv(device, dtype, s=24, requires_grad=requires_grad)
     args = (None, None, 0, 0, 0.125, True, 8, 0, 5.0, False)
@@ -81,6 +83,7 @@ def test_eager_fast_path_and_custom_op_are_identical(device, requires_grad):
     torch.testing.assert_close(out, out_op, atol=0, rtol=0)
     torch.testing.assert_close(lse, lse_op, atol=0, rtol=0)
     assert (out.grad_fn is not None) == requires_grad
+    assert not lse.requires_grad  # no gradient flows through the LSE
     if requires_grad:
         dout = torch.randn_like(out)
         grads = torch.autograd.grad(out, (q, k, v), dout)
@@ -89,27 +92,31 @@ def test_eager_fast_path_and_custom_op_are_identical(device, requires_grad):
             torch.testing.assert_close(g, g_op, atol=0, rtol=0)
 
 
-def test_fast_path_poisons_outputs(monkeypatch):
-    """With FLASHATTN_POISON the outputs start as NaN, on the fast path as well: a kernel that
-    skipped an element would show it. Here a no-op library leaves all of them NaN."""
-    class NoopC:
-        def __getattr__(self, name):
-            return getattr(flashattn._C, name)
-
-        @staticmethod
-        def forward(*args, **kwargs):
-            return None
-
-        @staticmethod
-        def backward(*args, **kwargs):
-            return None
-
-    monkeypatch.setattr(_ops, "POISON_OUTPUTS", True)
-    monkeypatch.setattr(_ops, "_C", NoopC())
+@pytest.mark.parametrize("varlen", [False, True], ids=["padded", "varlen"])
+def test_outputs_are_poisoned_before_the_kernel(varlen):
+    """With poisoning on (the suite's default) the outputs start as NaN, gradients included: a kernel
+    that skipped an element would show it. Here the library is not called at all, so all stay NaN
+    (varlen: the rows inside the sequences; the rows outside are 0 by contract)."""
     q, k, v = qkv(requires_grad=True)
-    out = flash_attn_func(q, k, v)
-    assert out.isnan().all()
-    assert all(g.isnan().all() for g in torch.autograd.grad(out.sum(), (q, k, v)))
+    kwargs = {}
+    if varlen:
+        q, k, v = (t.detach().flatten(0, 1).requires_grad_() for t in (q, k, v))
+        cu = torch.tensor([0, q.shape[0] - 2], dtype=torch.int32)
+        kwargs = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=q.shape[0], max_seqlen_k=q.shape[0])
+    flashattn._C.set_skip_library_calls(True)
+    try:
+        if varlen:
+            out = flashattn.flash_attn_varlen_func(q, k, v, **kwargs)
+        else:
+            out = flash_attn_func(q, k, v)
+        grads = torch.autograd.grad(out.sum(), (q, k, v))
+    finally:
+        flashattn._C.set_skip_library_calls(False)
+    inside = slice(0, q.shape[0] - 2) if varlen else slice(None)
+    assert out[inside].isnan().all()
+    assert all(g[inside].isnan().all() for g in grads)
+    if varlen:
+        assert (out[-2:] == 0).all() and all((g[-2:] == 0).all() for g in grads)
 
 
 def test_no_grad_call_builds_no_graph():

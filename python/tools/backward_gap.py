@@ -3,7 +3,7 @@ in the 2026-12-01 grid, far more than its host time): one cell, timed four ways 
 interleaved, CUDA events around each call (GPU idle before, as the benchmark):
   c-api         fa_backward through ctypes, workspace preallocated
   c-api+alloc   the same with dq, dk, dv and the workspace allocated per call (torch.empty)
-  run_backward  flashattn._ops.run_backward (the Python backward without autograd)
+  bwd-op        torch.ops.flashattn.bwd called directly (the operator without autograd)
   autograd      torch.autograd.grad of flash_attn_func's output (what the benchmark's flashattn-py times)
 
   python python/tools/backward_gap.py --lib build/libflashattn_c.so [--seqlen 16384 --hdim 128 --causal]
@@ -63,8 +63,8 @@ def main():
     ways = {
         "c-api": lambda: fa.backward(args),
         "c-api+alloc": c_api_alloc,
-        "run_backward": lambda: _ops.run_backward(do, q, k, v, out, lse, None, None, 0, 0, scale, a.causal, -1,
-                                                  0 if a.causal else -1, 0.0, False),
+        "bwd-op": lambda: _ops.bwd(do, q, k, v, out, lse, None, None, 0, 0, scale, a.causal, -1,
+                                   0 if a.causal else -1, 0.0, False),
         "autograd": lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True),
     }
     for fn in ways.values():

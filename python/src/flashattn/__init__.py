@@ -5,11 +5,12 @@ Drop-in for flash-attn's functions (same names, arguments, defaults and return v
     from flashattn import flash_attn_func
     out = flash_attn_func(q, k, v, causal=True)   # q, k, v: (batch, seqlen, heads, headdim)
 
-The functions are differentiable. Eagerly they call the library through a plain autograd.Function
-(the fast path); under torch.compile they call two PyTorch custom operators (torch.ops.flashattn.fwd
-and torch.ops.flashattn.bwd) that it traces without graph breaks. `path=` picks a kernel family
-(flashattn.families()).
+The functions are differentiable: they call two PyTorch operators registered in C++ with their
+autograd kernel (torch.ops.flashattn.fwd and torch.ops.flashattn.bwd), which torch.compile traces
+without graph breaks. `path=` picks a kernel family (flashattn.families()).
 """
+import torch  # first: the extension links PyTorch's libraries and registers operators with it
+
 from . import _C
 from ._ops import CudaError, FlashAttnError, InvalidArgumentError, NotSupportedError, families, forward_path
 from .interface import (

@@ -108,7 +108,7 @@ def _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k) -> None:
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     rank = 3 if varlen else 4
     if q.dim() != rank or k.dim() != rank or v.dim() != rank:
-        _ops._refuse_ranks(q, k, v, rank, varlen)
+        _ops._check_ranks(q, k, v, varlen)
     if varlen:
         for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
             if not isinstance(t, Tensor) or t.dtype != torch.int32:

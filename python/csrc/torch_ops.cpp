@@ -1,0 +1,452 @@
+// The PyTorch operators flashattn::fwd and flashattn::bwd, registered in C++ with a C++ autograd
+// kernel, the way PyTorch's own scaled_dot_product_attention is: a call from Python crosses into C++
+// once, and the backward runs on the autograd engine's thread without taking the GIL.
+//
+// Why C++ and not a Python autograd.Function (docs/python.md, "Host overhead"): the engine hands a
+// Python node to its device thread, which must take the GIL and run Python before the backward's
+// first launch while the GPU waits; measured on the H200 that cost 0.24-0.48 ms per backward, 2-5 %
+// of a 9 ms one. Here the whole call -- checks, allocation through PyTorch's allocator, the current
+// stream, the workspace, the launch -- is C++.
+//
+// Per backend key (CPU, CUDA) one kernel for each operator; the Autograd key gets the autograd
+// kernel, which calls the operators below autograd. Fake (meta) implementations for torch.compile
+// are in Python (flashattn/_ops.py): they only compute shapes.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <optional>
+#include <string>
+#include <tuple>
+
+#include "flashattn/flashattn.hpp"
+#include "torch_ops.hpp"
+#include "torch_ops_call.hpp"
+
+namespace flashattn::torch_ops {
+namespace {
+
+using at::Tensor;
+using OptTensor = std::optional<Tensor>;
+
+std::atomic<bool> g_poison_outputs{false};
+std::atomic<bool> g_skip_library_calls{false};
+thread_local int g_last_error_code = 0;
+
+// The library's Status as the exception PyTorch turns into the matching Python one (ValueError,
+// NotImplementedError, RuntimeError); the code is kept for flashattn's own exception classes.
+[[noreturn]] void raise(StatusCode code, const std::string& message) {
+  g_last_error_code = static_cast<int>(code);
+  const std::string what = "flashattn: " + message;
+  if (code == StatusCode::invalid_argument) throw c10::ValueError({__func__, __FILE__, __LINE__}, what);
+  if (code == StatusCode::not_supported) throw c10::NotImplementedError({__func__, __FILE__, __LINE__}, what);
+  throw c10::Error({__func__, __FILE__, __LINE__}, what);
+}
+
+void check(const Status& s) {
+  if (!s.ok()) raise(s.code, s.message);
+}
+
+// ---- tensors as the library takes them -----------------------------------------------------------
+
+// The CUDA tensor-core kernels move 16-byte vectors: they take a view only when its data pointer is
+// 16-byte aligned and its strides are multiples of 8 elements (the C++ API reports others as
+// not_supported). Such views are copied here instead, as are views whose last dimension is strided.
+constexpr std::uintptr_t kCudaAlignBytes = 16;
+constexpr int64_t kCudaStrideMultiple = 8;
+
+bool aligned_for_cuda(const Tensor& t) {
+  if (reinterpret_cast<std::uintptr_t>(t.data_ptr()) % kCudaAlignBytes != 0) return false;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d)
+    if (t.stride(d) % kCudaStrideMultiple != 0 && t.size(d) > 1) return false;
+  return true;
+}
+
+// `t` itself when the library takes its layout (any non-negative strides, last dimension contiguous;
+// on CUDA also aligned as above), else a contiguous copy.
+Tensor usable(const Tensor& t) {
+  if (t.dim() == 0) return t;
+  const bool last_contiguous = t.size(-1) <= 1 || t.stride(-1) == 1;
+  if (last_contiguous && (!t.is_cuda() || t.numel() == 0 || aligned_for_cuda(t))) return t;
+  return t.contiguous();
+}
+
+// A dtype as Python spells it (torch.float64), for messages.
+std::string python_name(at::ScalarType t) {
+  switch (t) {
+    case at::kDouble: return "torch.float64";
+    case at::kLong: return "torch.int64";
+    case at::kShort: return "torch.int16";
+    case at::kChar: return "torch.int8";
+    case at::kByte: return "torch.uint8";
+    case at::kBool: return "torch.bool";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
+    default: return std::string("torch.") + c10::toString(t);
+  }
+}
+
+DType dtype_of(const char* name, const Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return DType::f32;
+    case at::kHalf: return DType::f16;
+    case at::kBFloat16: return DType::bf16;
+    case at::kInt: return DType::i32;
+    default:
+      raise(StatusCode::invalid_argument,
+            std::string(name) + ": dtype " + python_name(t.scalar_type()) +
+                " is not supported (float16 or bfloat16 on CUDA; float32, float16 or bfloat16 on the CPU; int32 "
+                "for cu_seqlens)");
+  }
+}
+
+TensorView view_of(const char* name, const Tensor& t) {
+  TensorView v;
+  v.data = t.data_ptr();
+  v.dtype = dtype_of(name, t);
+  v.device = t.is_cuda() ? Device::cuda : Device::cpu;
+  v.rank = t.dim() <= TensorView::kMaxRank ? static_cast<int>(t.dim()) : -1;  // validation names it
+  for (int d = 0; d < v.rank; ++d) {
+    v.shape[d] = t.size(d);
+    v.stride[d] = t.stride(d);
+  }
+  return v;
+}
+
+TensorView view_of(const char* name, const OptTensor& t) { return t ? view_of(name, *t) : TensorView{}; }
+
+// cu_seqlens are read as plain int32 arrays: contiguous.
+OptTensor offsets(const OptTensor& t) { return t ? OptTensor(t->contiguous()) : std::nullopt; }
+
+// ---- what allocation needs before the library's validation runs: ranks, one device ----------------
+
+void refuse_rank(const char* name, const Tensor& t, int64_t rank, bool varlen) {
+  std::string shape;
+  for (int64_t d = 0; d < t.dim(); ++d) shape += (d ? ", " : "") + std::to_string(t.size(d));
+  raise(StatusCode::invalid_argument,
+        std::string(name) + ": rank " + std::to_string(t.dim()) + " (shape [" + shape + "]), expected " +
+            std::to_string(rank) + ": " +
+            (varlen ? "[total, heads, headdim] (varlen)" : "[batch, seqlen, heads, headdim]"));
+}
+
+void check_device(const char* name, const Tensor& t, const Tensor& q) {
+  if (t.device() != q.device())
+    raise(StatusCode::invalid_argument,
+          std::string(name) + ": on " + t.device().str() + ", expected " + q.device().str() + " (as q)");
+}
+
+// Returns whether the call is varlen.
+bool check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cu_seqlens_q,
+                  const OptTensor& cu_seqlens_k) {
+  const bool varlen = cu_seqlens_q.has_value() || cu_seqlens_k.has_value();
+  const int64_t rank = varlen ? 3 : 4;
+  if (q.dim() != rank) refuse_rank("q", q, rank, varlen);
+  if (k.dim() != rank) refuse_rank("k", k, rank, varlen);
+  if (v.dim() != rank) refuse_rank("v", v, rank, varlen);
+  if (!q.is_cuda() && !q.is_cpu())
+    raise(StatusCode::invalid_argument, "q: device " + q.device().str() + " is not supported (cpu or cuda)");
+  check_device("k", k, q);
+  check_device("v", v, q);
+  if (cu_seqlens_q) check_device("cu_seqlens_q", *cu_seqlens_q, q);
+  if (cu_seqlens_k) check_device("cu_seqlens_k", *cu_seqlens_k, q);
+  return varlen;
+}
+
+// ---- outputs --------------------------------------------------------------------------------------
+
+Tensor empty(at::IntArrayRef shape, const Tensor& like, at::ScalarType dtype) {
+  Tensor t = at::empty(shape, like.options().dtype(dtype));
+  if (g_poison_outputs.load(std::memory_order_relaxed)) t.fill_(at::isFloatingType(dtype) ? NAN : -1);
+  return t;
+}
+
+// A varlen output (out, dq, dk, dv) whose packed rows outside [cu_seqlens[0], cu_seqlens[-1]) --
+// rows of no sequence, which the kernels do not write -- are 0. Without the offsets' values (reading
+// them would synchronize with the GPU) that means zeros throughout; when outputs are poisoned the
+// rows the kernels must write stay NaN (a testing aid: it reads the offsets).
+Tensor rows(at::IntArrayRef shape, const Tensor& like, const OptTensor& cu_seqlens) {
+  if (!g_poison_outputs.load(std::memory_order_relaxed) || !cu_seqlens || cu_seqlens->numel() == 0)
+    return at::zeros(shape, like.options());
+  Tensor t = empty(shape, like, like.scalar_type());
+  const int64_t first = std::max<int64_t>(0, (*cu_seqlens)[0].item<int64_t>());
+  const int64_t last = std::max<int64_t>(0, (*cu_seqlens)[-1].item<int64_t>());
+  t.narrow(0, 0, std::min(first, t.size(0))).zero_();
+  if (last < t.size(0)) t.narrow(0, last, t.size(0) - last).zero_();
+  return t;
+}
+
+std::vector<int64_t> out_shape(const Tensor& q, const Tensor& v) {
+  std::vector<int64_t> s(q.sizes().begin(), q.sizes().end());
+  s.back() = v.size(-1);
+  return s;
+}
+
+std::vector<int64_t> lse_shape(const Tensor& q, bool varlen) {
+  if (varlen) return {q.size(1), q.size(0)};
+  return {q.size(0), q.size(2), q.size(1)};
+}
+
+// ---- the call: options, stream, workspace ---------------------------------------------------------
+
+struct Call {
+  OptTensor cu_seqlens_q, cu_seqlens_k;  // contiguous copies, alive until the call returns
+  int64_t max_seqlen_q, max_seqlen_k;
+  AttentionOptions options;
+  std::string path;
+};
+
+// The views are read in argument order (q, k, v), so the first bad tensor is the one named.
+void fill(AttentionArgs* a, const Tensor& q, const Tensor& k, const Tensor& v, const Call& c) {
+  a->q = view_of("q", q);
+  a->k = view_of("k", k);
+  a->v = view_of("v", v);
+  a->cu_seqlens_q = view_of("cu_seqlens_q", c.cu_seqlens_q);
+  a->cu_seqlens_k = view_of("cu_seqlens_k", c.cu_seqlens_k);
+  a->max_seqlen_q = c.max_seqlen_q;
+  a->max_seqlen_k = c.max_seqlen_k;
+  a->options = c.options;
+  a->path = c.path;
+  // CUDA kernels run on the current stream of q's device (made current by the caller's guard).
+  if (q.is_cuda()) a->stream = c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(q.device()).native_handle();
+}
+
+// Queries the workspace, allocates it with PyTorch's allocator when the call needs one (freed when
+// the call returns: the stream-ordered allocator keeps the memory for the enqueued kernel), runs.
+template <class Args, class SizeFn, class RunFn>
+void run(Args& a, const Tensor& like, SizeFn size_of, RunFn run_fn) {
+  if (g_skip_library_calls.load(std::memory_order_relaxed)) return;
+  std::size_t bytes = 0;
+  check(size_of(a, &bytes));
+  Tensor workspace;
+  if (bytes > 0) {
+    workspace = at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
+    a.workspace = workspace.data_ptr();
+    a.workspace_bytes = bytes;
+  }
+  check(run_fn(a));
+}
+
+Call make_call(const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k, int64_t max_seqlen_q,
+               int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left, int64_t window_right,
+               double softcap, c10::string_view path) {
+  Call c{offsets(cu_seqlens_q), offsets(cu_seqlens_k), max_seqlen_q, max_seqlen_k, {}, std::string(path)};
+  c.options.softmax_scale = static_cast<float>(softmax_scale);
+  c.options.causal = causal;
+  c.options.window_left = window_left;
+  c.options.window_right = window_right;
+  c.options.softcap = static_cast<float>(softcap);
+  return c;
+}
+
+std::optional<c10::Device> cuda_device_of(const Tensor& q) {
+  return q.is_cuda() ? std::optional<c10::Device>(q.device()) : std::nullopt;
+}
+
+// ---- the backend kernels (CPU and CUDA keys) ------------------------------------------------------
+
+std::tuple<Tensor, Tensor> fwd(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                               const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k, int64_t max_seqlen_q,
+                               int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
+                               int64_t window_right, double softcap, bool /*deterministic: the backward's*/,
+                               c10::string_view path) {
+  const bool varlen = check_inputs(q_in, k_in, v_in, cu_seqlens_q, cu_seqlens_k);
+  const c10::OptionalDeviceGuard guard(cuda_device_of(q_in));
+  const Tensor q = usable(q_in), k = usable(k_in), v = usable(v_in);
+  const Call c = make_call(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                           window_left, window_right, softcap, path);
+  Tensor out = varlen ? rows(out_shape(q, v), q, c.cu_seqlens_q) : empty(out_shape(q, v), q, q.scalar_type());
+  Tensor lse = empty(lse_shape(q, varlen), q, at::kFloat);
+  ForwardArgs a;
+  fill(&a, q, k, v, c);
+  a.out = view_of("out", out);
+  a.lse = view_of("lse", lse);
+  run(
+      a, q, [](const ForwardArgs& x, std::size_t* b) { return forward_workspace_size(x, b); },
+      [](const ForwardArgs& x) { return flashattn::forward(x); });
+  return {out, lse};
+}
+
+std::tuple<Tensor, Tensor, Tensor> bwd(const Tensor& dout_in, const Tensor& q_in, const Tensor& k_in,
+                                       const Tensor& v_in, const Tensor& out_in, const Tensor& lse_in,
+                                       const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k,
+                                       int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal,
+                                       int64_t window_left, int64_t window_right, double softcap, bool deterministic,
+                                       c10::string_view path) {
+  const bool varlen = check_inputs(q_in, k_in, v_in, cu_seqlens_q, cu_seqlens_k);
+  check_device("out", out_in, q_in);
+  check_device("lse", lse_in, q_in);
+  check_device("dout", dout_in, q_in);
+  const c10::OptionalDeviceGuard guard(cuda_device_of(q_in));
+  const Tensor q = usable(q_in), k = usable(k_in), v = usable(v_in), out = usable(out_in), dout = usable(dout_in);
+  const Tensor lse = lse_in.dim() > 0 && lse_in.size(-1) > 1 && lse_in.stride(-1) != 1 ? lse_in.contiguous() : lse_in;
+  const Call c = make_call(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                           window_left, window_right, softcap, path);
+  // Varlen: rows outside the sequences are 0 in the gradients, as in out.
+  Tensor dq = varlen ? rows(q.sizes(), q, c.cu_seqlens_q) : empty(q.sizes(), q, q.scalar_type());
+  Tensor dk = varlen ? rows(k.sizes(), k, c.cu_seqlens_k) : empty(k.sizes(), k, k.scalar_type());
+  Tensor dv = varlen ? rows(v.sizes(), v, c.cu_seqlens_k) : empty(v.sizes(), v, v.scalar_type());
+  BackwardArgs a;
+  fill(&a, q, k, v, c);
+  a.out = view_of("out", out);
+  a.lse = view_of("lse", lse);
+  a.dout = view_of("dout", dout);
+  a.dq = view_of("dq", dq);
+  a.dk = view_of("dk", dk);
+  a.dv = view_of("dv", dv);
+  a.deterministic = deterministic;
+  run(
+      a, q, [](const BackwardArgs& x, std::size_t* b) { return backward_workspace_size(x, b); },
+      [](const BackwardArgs& x) { return flashattn::backward(x); });
+  return {dq, dk, dv};
+}
+
+// The kernel family that would run this forward ("cpu", "sm80", ...), or "" if none: the checks and
+// the selection of fwd, without outputs or a launch.
+std::string forward_path(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const OptTensor& cu_seqlens_q,
+                         const OptTensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, bool causal,
+                         c10::string_view path) {
+  const bool varlen = check_inputs(q_in, k_in, v_in, cu_seqlens_q, cu_seqlens_k);
+  const Tensor q = usable(q_in), k = usable(k_in), v = usable(v_in);
+  const Call c = make_call(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 1.0, causal, -1, -1, 0.0, path);
+  const Tensor out = at::empty(out_shape(q, v), q.options());
+  const Tensor lse = at::empty(lse_shape(q, varlen), q.options().dtype(at::kFloat));
+  ForwardArgs a;
+  fill(&a, q, k, v, c);
+  a.out = view_of("out", out);
+  a.lse = view_of("lse", lse);
+  return flashattn::forward_path(a);
+}
+
+// ---- autograd: the forward saves q, k, v, O and LSE (never P); the backward recomputes P -------------
+
+using FwdSignature = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const OptTensor&,
+                                                 const OptTensor&, c10::SymInt, c10::SymInt, double, bool, int64_t,
+                                                 int64_t, double, bool, c10::string_view);
+using BwdSignature = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                         const Tensor&, const Tensor&, const OptTensor&,
+                                                         const OptTensor&, c10::SymInt, c10::SymInt, double, bool,
+                                                         int64_t, int64_t, double, bool, c10::string_view);
+
+const c10::TypedOperatorHandle<FwdSignature>& fwd_op() {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("flashattn::fwd", "").typed<FwdSignature>();
+  return op;
+}
+
+const c10::TypedOperatorHandle<BwdSignature>& bwd_op() {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("flashattn::bwd", "").typed<BwdSignature>();
+  return op;
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+class Attention : public torch::autograd::Function<Attention> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
+                               const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k, c10::SymInt max_seqlen_q,
+                               c10::SymInt max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
+                               int64_t window_right, double softcap, bool deterministic, c10::string_view path) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [out, lse] = fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+                                    causal, window_left, window_right, softcap, deterministic, path);
+    ctx->save_for_backward({q, k, v, out, lse, cu_seqlens_q.value_or(Tensor()), cu_seqlens_k.value_or(Tensor())});
+    ctx->saved_data["max_seqlen_q"] = std::move(max_seqlen_q);
+    ctx->saved_data["max_seqlen_k"] = std::move(max_seqlen_k);
+    ctx->saved_data["softmax_scale"] = softmax_scale;
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["window_left"] = window_left;
+    ctx->saved_data["window_right"] = window_right;
+    ctx->saved_data["softcap"] = softcap;
+    ctx->saved_data["deterministic"] = deterministic;
+    ctx->saved_data["path"] = std::string(path);
+    // The LSE is returned for inspection (return_attn_probs); no gradient flows through it.
+    ctx->mark_non_differentiable({lse});
+    return {out, lse};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const auto& d = ctx->saved_data;
+    const auto optional = [](const Tensor& t) { return t.defined() ? OptTensor(t) : std::nullopt; };
+    auto [dq, dk, dv] =
+        bwd_op().call(grads[0], saved[0], saved[1], saved[2], saved[3], saved[4], optional(saved[5]),
+                      optional(saved[6]), d.at("max_seqlen_q").toSymInt(), d.at("max_seqlen_k").toSymInt(),
+                      d.at("softmax_scale").toDouble(), d.at("causal").toBool(), d.at("window_left").toInt(),
+                      d.at("window_right").toInt(), d.at("softcap").toDouble(), d.at("deterministic").toBool(),
+                      d.at("path").toStringRef());
+    variable_list grad_inputs(14);
+    grad_inputs[0] = dq;
+    grad_inputs[1] = dk;
+    grad_inputs[2] = dv;
+    return grad_inputs;
+  }
+};
+
+std::tuple<Tensor, Tensor> fwd_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k,
+                                        c10::SymInt max_seqlen_q, c10::SymInt max_seqlen_k, double softmax_scale,
+                                        bool causal, int64_t window_left, int64_t window_right, double softcap,
+                                        bool deterministic, c10::string_view path) {
+  const bool needs_grad =
+      at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  if (!needs_grad) {  // inference: no graph node, no saved tensors
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, std::move(max_seqlen_q), std::move(max_seqlen_k),
+                         softmax_scale, causal, window_left, window_right, softcap, deterministic, path);
+  }
+  const variable_list r =
+      Attention::apply(q, k, v, cu_seqlens_q, cu_seqlens_k, std::move(max_seqlen_q), std::move(max_seqlen_k),
+                       softmax_scale, causal, window_left, window_right, softcap, deterministic, path);
+  return {r[0], r[1]};
+}
+
+}  // namespace
+
+std::tuple<Tensor, Tensor> call_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cu_seqlens_q,
+                                    const OptTensor& cu_seqlens_k, const FwdCall& c) {
+  return fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, c10::SymInt(c.max_seqlen_q), c10::SymInt(c.max_seqlen_k),
+                       c.softmax_scale, c.causal, c.window_left, c.window_right, c.softcap, c.deterministic, c.path);
+}
+
+void set_poison_outputs(bool on) { g_poison_outputs.store(on); }
+void set_skip_library_calls(bool on) { g_skip_library_calls.store(on); }
+int last_error_code() { return g_last_error_code; }
+
+}  // namespace flashattn::torch_ops
+
+// Schemas: `int` windows, `SymInt` maxima (torch.compile may trace them symbolically), `float` is a
+// double. The ops neither mutate nor alias their inputs.
+TORCH_LIBRARY(flashattn, m) {
+  m.def(
+      "fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, SymInt max_seqlen_q, "
+      "SymInt max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
+      "bool deterministic, str path=\"auto\") -> (Tensor, Tensor)");
+  m.def(
+      "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? cu_seqlens_q, "
+      "Tensor? cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, bool causal, "
+      "int window_left, int window_right, float softcap, bool deterministic, str path=\"auto\") "
+      "-> (Tensor, Tensor, Tensor)");
+  m.def(
+      "forward_path(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, "
+      "int max_seqlen_q=0, int max_seqlen_k=0, bool causal=False, str path=\"auto\") -> str",
+      &flashattn::torch_ops::forward_path);
+  // The fake (meta) implementations of fwd and bwd for torch.compile live in this Python module.
+  m.set_python_module("flashattn._ops");
+}
+
+TORCH_LIBRARY_IMPL(flashattn, CPU, m) {
+  m.impl("fwd", &flashattn::torch_ops::fwd);
+  m.impl("bwd", &flashattn::torch_ops::bwd);
+}
+
+TORCH_LIBRARY_IMPL(flashattn, CUDA, m) {
+  m.impl("fwd", &flashattn::torch_ops::fwd);
+  m.impl("bwd", &flashattn::torch_ops::bwd);
+}
+
+TORCH_LIBRARY_IMPL(flashattn, Autograd, m) { m.impl("fwd", &flashattn::torch_ops::fwd_autograd); }

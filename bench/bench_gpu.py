@@ -440,9 +440,16 @@ def estimate_seconds(plan, reps, results_file):
 
 
 def latest_results_file():
+    """The newest benchmark results file (one with rows; other records, e.g. gpu-checks, are skipped)."""
     files = sorted(f for f in glob.glob(os.path.join(BENCH_DIR, "results", "*h200*.json"))
                    if "variants" not in f and "recheck" not in f)
-    return files[-1] if files else None
+    for f in reversed(files):
+        try:
+            if "rows" in json.load(open(f)):
+                return f
+        except (OSError, ValueError):
+            pass
+    return None
 
 
 # ---- main ---------------------------------------------------------------------------------------------

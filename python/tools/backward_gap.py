@@ -38,6 +38,8 @@ def main():
     p.add_argument("--hdim", type=int, default=128)
     p.add_argument("--causal", action="store_true")
     p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--profile", action="store_true",
+                   help="also profile 3 calls of each way: launch delay, kernels, CUDA API calls")
     a = p.parse_args()
     s, d = a.seqlen, a.hdim
     b, h = 16384 // s, 2048 // d
@@ -77,6 +79,36 @@ def main():
     for n, t in times.items():
         m = sorted(t)[len(t) // 2]
         print(f"{n:14s} {m:8.3f} ms  {flops / m / 1e9:7.1f} TFLOP/s")
+
+    if a.profile:
+        for n, fn in ways.items():
+            profile_way(n, fn)
+
+
+def profile_way(name, fn, calls=3):
+    """Per call: from the call's start (CPU) to its first kernel's start and to its last kernel's end
+    (Kineto puts both clocks on one time base); the kernels and CUDA runtime calls, averaged."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            torch.cuda.synchronize()
+            with record_function(f"call{i}"):
+                fn()
+            torch.cuda.synchronize()
+    events = prof.events()
+    marks = sorted((e for e in events if e.name.startswith("call")), key=lambda e: e.time_range.start)
+    kernels = sorted((e for e in events if e.device_type == torch.autograd.DeviceType.CUDA),
+                     key=lambda e: e.time_range.start)
+    print(f"-- {name}")
+    for i, m in enumerate(marks):
+        end = marks[i + 1].time_range.start if i + 1 < len(marks) else float("inf")
+        ks = [k for k in kernels if m.time_range.start <= k.time_range.start < end]
+        if ks:
+            print(f"  call {i}: first kernel +{ks[0].time_range.start - m.time_range.start:8.1f} us, last end "
+                  f"+{ks[-1].time_range.end - m.time_range.start:8.1f} us, {len(ks)} kernels, cpu "
+                  f"{m.time_range.end - m.time_range.start:8.1f} us")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=60))
 
 
 if __name__ == "__main__":

@@ -364,12 +364,18 @@ class Attention : public torch::autograd::Function<Attention> {
     ctx->saved_data["softcap"] = softcap;
     ctx->saved_data["deterministic"] = deterministic;
     ctx->saved_data["path"] = std::string(path);
-    // The LSE is returned for inspection (return_attn_probs); no gradient flows through it.
+    // The LSE is returned for inspection (return_attn_probs); no gradient flows through it. Its
+    // gradient stays undefined rather than materialized: autograd would otherwise allocate and zero
+    // a b·h·s tensor on every backward (measured ~0.2 ms of host time before the first launch on
+    // the H200, docs/python.md).
     ctx->mark_non_differentiable({lse});
+    ctx->set_materialize_grads(false);
     return {out, lse};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list grad_inputs(14);
+    if (!grads[0].defined()) return grad_inputs;  // out did not reach the loss: no gradients
     const variable_list saved = ctx->get_saved_variables();
     const auto& d = ctx->saved_data;
     const auto optional = [](const Tensor& t) { return t.defined() ? OptTensor(t) : std::nullopt; };
@@ -379,7 +385,6 @@ class Attention : public torch::autograd::Function<Attention> {
                       d.at("softmax_scale").toDouble(), d.at("causal").toBool(), d.at("window_left").toInt(),
                       d.at("window_right").toInt(), d.at("softcap").toDouble(), d.at("deterministic").toBool(),
                       d.at("path").toStringRef());
-    variable_list grad_inputs(14);
     grad_inputs[0] = dq;
     grad_inputs[1] = dk;
     grad_inputs[2] = dv;

@@ -6,6 +6,7 @@
 //   - the checks can fail: the tiles read through a descriptor that leaves the swizzle out, and the
 //     host product with B transposed, must both disagree with the device result;
 //   - scale-d: the first k-step must overwrite an accumulator holding NaN;
+//   - S = Q·Kᵀ (SS) → P packed from the accumulator into A fragments → O = P·V (RS, V MN-major);
 //   - TMA 2-D to 5-D loads with out-of-bounds zero fill, the 128B swizzle pattern of
 //     ptx/swizzle.hpp, a clipped store of data written by ordinary stores (fence.proxy.async);
 //     mbarrier phases of parity 0 and 1;
@@ -24,6 +25,7 @@
 #include "cuda/ptx/barrier.cuh"
 #include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
+#include "cuda/ptx/math.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
 #include "cuda/ptx/tma.cuh"
@@ -337,6 +339,130 @@ void check_wrong_descriptor_fails() {
 }
 TEST(CudaPtxSm90, WgmmaCheckCatchesWrongDescriptorSs) { check_wrong_descriptor_fails<128, BF16, AFrom::smem>(); }
 TEST(CudaPtxSm90, WgmmaCheckCatchesWrongDescriptorRs) { check_wrong_descriptor_fails<64, F16, AFrom::registers>(); }
+
+// The attention pattern without the softmax: S = Q·Kᵀ (SS, 64 keys), P = S rounded to 16 bits and
+// packed from the accumulator straight into A fragments (a[i] = pack2(s[8k + 2i], s[8k + 2i + 1]),
+// the identity ptx/wgmma.cuh states), O = P·V (RS, V MN-major). Q, K: 64×64; V: 64 keys × kNV.
+template <class Tag, int kNV>
+__global__ void __launch_bounds__(kWarpgroup) chain_kernel(const __grid_constant__ CUtensorMap map_q,
+                                                           const __grid_constant__ CUtensorMap map_k,
+                                                           const __grid_constant__ CUtensorMap map_v, float* o) {
+  using namespace flashattn::ptx;
+  constexpr int kKeys = 64, kVChunkBytes = kKeys * kRowBytes;  // V: chunks of 64 columns × 64 keys
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ uint64_t full;
+  uint8_t* tile_q = align_smem(smem_raw);
+  uint8_t* tile_k = tile_q + kTileABytes;
+  uint8_t* tile_v = tile_k + kKeys * kRowBytes;
+  const uint32_t bar = smem_addr(&full);
+  if (threadIdx.x == 0) {
+    mbarrier_init(bar, 1);
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbarrier_arrive_expect_tx(bar, kTileABytes + kKeys * kRowBytes + kNV * kRowBytes);
+    tma_load(smem_addr(tile_q), &map_q, bar, 0, 0);
+    tma_load(smem_addr(tile_k), &map_k, bar, 0, 0);
+    for (int c = 0; c < kNV / 64; ++c) tma_load(smem_addr(tile_v) + c * kVChunkBytes, &map_v, bar, 64 * c, 0);
+  }
+  const uint64_t desc_q = wgmma_desc_k_major(smem_addr(tile_q), Swizzle::b128);
+  const uint64_t desc_k = wgmma_desc_k_major(smem_addr(tile_k), Swizzle::b128);
+  const uint64_t desc_v = wgmma_desc_mn_major(smem_addr(tile_v), Swizzle::b128, kVChunkBytes);
+  float s[kKeys / 2], out[kNV / 2];
+  mbarrier_wait(bar, 0);
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < kKSteps; ++k) {
+    wgmma_ss<kKeys, Tag>(s, wgmma_desc_advance(desc_q, 32 * k), wgmma_desc_advance(desc_k, 32 * k), k > 0);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operand(s);
+
+  uint32_t p[kKeys / 16][4];
+#pragma unroll
+  for (int k = 0; k < kKeys / 16; ++k) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[k][i] = pack2<Tag>(s[8 * k + 2 * i], s[8 * k + 2 * i + 1]);
+  }
+  wgmma_fence();  // p was written by ordinary instructions
+#pragma unroll
+  for (int k = 0; k < kKeys / 16; ++k) {
+    wgmma_rs<kNV, Tag, Major::MN>(out, p[k], wgmma_desc_advance(desc_v, 16 * k * kRowBytes), k > 0);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operand(out);
+  const int w = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+#pragma unroll
+  for (int j = 0; j < kNV / 8; ++j) {
+    const int row = 16 * w + g, col = 8 * j + 2 * t;
+    o[row * kNV + col] = out[4 * j];
+    o[row * kNV + col + 1] = out[4 * j + 1];
+    o[(row + 8) * kNV + col] = out[4 * j + 2];
+    o[(row + 8) * kNV + col + 1] = out[4 * j + 3];
+  }
+}
+
+template <class Tag, int kNV>
+void check_chain() {
+  FA_REQUIRE_SM90();
+  constexpr int kKeys = 64;
+  std::mt19937 rng(2024 + kNV);
+  std::vector<uint16_t> qb, kb, vb;
+  std::vector<float> q, k, v;
+  nonzero_random<Tag>(rng, kM * kK, &qb, &q);
+  nonzero_random<Tag>(rng, kKeys * kK, &kb, &k);
+  nonzero_random<Tag>(rng, kKeys * kNV, &vb, &v);
+  // Scale Q so that S (and P) stay within a few units: |S| ~ 0.2·8.
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    q[i] = fa_test::round_to<Tag>(q[i] * 0.2f);
+    qb[i] = fa_test::to_bits<Tag>(q[i]);
+    if ((qb[i] & 0x7fff) == 0) qb[i] = fa_test::to_bits<Tag>(q[i] = fa_test::round_to<Tag>(0.01f));
+  }
+  fa_test::DeviceBuffer<uint16_t> dq(qb), dk(kb), dv(vb);
+  fa_test::DeviceBuffer<float> dout(kM * kNV);
+  FA_CUDA_OK(cudaMemset(dout.ptr, 0xFF, kM * kNV * sizeof(float)));
+  CUtensorMap mq, mk, mv;
+  for (auto [map, spec] : {std::pair{&mq, map_2d(dq.ptr, kK, kM, kK, kM, Swizzle::b128)},
+                           std::pair{&mk, map_2d(dk.ptr, kK, kKeys, kK, kKeys, Swizzle::b128)},
+                           std::pair{&mv, map_2d(dv.ptr, kNV, kKeys, 64, kKeys, Swizzle::b128)}}) {
+    const flashattn::Status st = make_tile_map(map, dtype_of<Tag>(), spec, "chain test");
+    ASSERT_TRUE(st.ok()) << st.message;
+  }
+  const int smem = kSmemAlign + kTileABytes + kKeys * kRowBytes + kNV * kRowBytes;
+  chain_kernel<Tag, kNV><<<1, kWarpgroup, smem>>>(mq, mk, mv, dout.ptr);
+  FA_KERNEL_OK();
+  const auto o = dout.download();
+
+  // P as the device rounds it (fp32 S → 16 bits); a P element that lands on the other side of a
+  // rounding boundary moves O by 2^-8 of one term, within the 2^-7 · Σ|p·v| tolerance.
+  std::vector<float> p(kM * kKeys);
+  for (int i = 0; i < kM; ++i) {
+    for (int j = 0; j < kKeys; ++j) {
+      double sum = 0;
+      for (int c = 0; c < kK; ++c) sum += double(q[i * kK + c]) * k[j * kK + c];
+      p[i * kKeys + j] = fa_test::round_to<Tag>(static_cast<float>(sum));
+    }
+  }
+  int bad = 0, first = -1;
+  for (int i = 0; i < kM; ++i) {
+    for (int n = 0; n < kNV; ++n) {
+      double ref = 0, mag = 0;
+      for (int j = 0; j < kKeys; ++j) {
+        ref += double(p[i * kKeys + j]) * v[j * kNV + n];
+        mag += std::fabs(double(p[i * kKeys + j]) * v[j * kNV + n]);
+      }
+      if (!(std::fabs(o[i * kNV + n] - ref) <= mag / 128 + 1e-5)) {
+        if (bad++ == 0) first = i * kNV + n;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "of " << o.size() << "; first O[" << first / kNV << "][" << first % kNV << "]";
+}
+TEST(CudaPtxSm90, WgmmaChainSsThenRsBf16) { check_chain<BF16, 128>(); }
+TEST(CudaPtxSm90, WgmmaChainSsThenRsF16) { check_chain<F16, 64>(); }
 
 // ---- TMA loads and stores, mbarrier phases ----------------------------------------------------------
 

@@ -1,4 +1,5 @@
-// Small helpers for the GPU unit tests: skip without a device, device buffers, 16-bit conversions.
+// Small helpers for the GPU unit tests: skip without a device (or without an sm_90 one), device
+// buffers, 16-bit conversions.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,6 +23,22 @@ inline bool has_device() {
 #define FA_REQUIRE_DEVICE()                                      \
   do {                                                           \
     if (!fa_test::has_device()) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+// The current device's compute capability is major.minor (false without a device).
+inline bool device_has_cc(int major, int minor) {
+  int dev = 0, ma = 0, mi = 0;
+  return has_device() && cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && ma == major &&
+         mi == minor;
+}
+
+// sm_90a code (wgmma, setmaxnreg) runs on compute capability 9.0 only: not on a later GPU either.
+#define FA_REQUIRE_SM90()                                                                             \
+  do {                                                                                                \
+    FA_REQUIRE_DEVICE();                                                                              \
+    if (!fa_test::device_has_cc(9, 0)) GTEST_SKIP() << "needs a compute capability 9.0 GPU (sm_90a)"; \
   } while (0)
 
 #define FA_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << cudaGetErrorString(cudaGetLastError())

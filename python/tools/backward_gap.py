@@ -5,6 +5,7 @@ interleaved, CUDA events around each call (GPU idle before, as the benchmark):
   c-api+alloc   the same with dq, dk, dv and the workspace allocated per call (torch.empty)
   bwd-op        torch.ops.flashattn.bwd called directly (the operator without autograd)
   autograd      torch.autograd.grad of flash_attn_func's output (what the benchmark's flashattn-py times)
+  sdpa-flash    torch.autograd.grad of PyTorch's SDPA output, flash backend (the benchmark's torch-flash)
 
   python python/tools/backward_gap.py --lib build/libflashattn_c.so [--seqlen 16384 --hdim 128 --causal]
 """
@@ -62,12 +63,19 @@ def main():
     scale = d ** -0.5
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
     o = flashattn.flash_attn_func(qg, kg, vg, causal=a.causal)
+    # PyTorch's FlashAttention-2 through the same autograd call: the engine's own cost, paid by both.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        o_sdpa = torch.nn.functional.scaled_dot_product_attention(
+            qg.transpose(1, 2), kg.transpose(1, 2), vg.transpose(1, 2), is_causal=a.causal)
+    do_t = do.transpose(1, 2)
     ways = {
         "c-api": lambda: fa.backward(args),
         "c-api+alloc": c_api_alloc,
         "bwd-op": lambda: _ops.bwd(do, q, k, v, out, lse, None, None, 0, 0, scale, a.causal, -1,
                                    0 if a.causal else -1, 0.0, False),
         "autograd": lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True),
+        "sdpa-flash": lambda: torch.autograd.grad(o_sdpa, (qg, kg, vg), do_t, retain_graph=True),
     }
     for fn in ways.values():
         fn()

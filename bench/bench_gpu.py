@@ -439,6 +439,15 @@ def estimate_seconds(plan, reps, results_file):
     return total
 
 
+def snapshot_commit():
+    """The commit a device snapshot was made from (scripts/device_snapshot.sh writes COMMIT; the copy's
+    own git HEAD, if any, is stale), or None outside a snapshot."""
+    try:
+        return open(os.path.join(BENCH_DIR, "..", "COMMIT")).read().strip() or None
+    except OSError:
+        return None
+
+
 def latest_results_file():
     """The newest benchmark results file (one with rows; other records, e.g. gpu-checks, are skipped)."""
     files = sorted(f for f in glob.glob(os.path.join(BENCH_DIR, "results", "*h200*.json"))
@@ -525,7 +534,7 @@ def main():
     if not args.smoke:
         warm_up_gpu()
     torch.manual_seed(0)
-    commit = os.environ.get("FLASHATTN_COMMIT") or subprocess.run(
+    commit = os.environ.get("FLASHATTN_COMMIT") or snapshot_commit() or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=BENCH_DIR).stdout.strip()
     result = {"gpu": torch.cuda.get_device_name() if device == "cuda" else "cpu (smoke)", "commit": commit,
               "date": datetime.date.today().isoformat(), "torch": torch.__version__,

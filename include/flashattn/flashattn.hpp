@@ -114,6 +114,48 @@ struct BackwardArgs : AttentionArgs {
   std::size_t workspace_bytes = 0;
 };
 
+// Attention of a few new query tokens per sequence against a KV cache, for inference: flash-attn's
+// flash_attn_with_kvcache. Sequence b attends to the first cache_seqlens[b] + seqlen_new keys of its
+// cache (seqlen_new = rows of k_new, 0 without), after k_new/v_new have been written into the cache
+// at positions [cache_seqlens[b], cache_seqlens[b] + seqlen_new) -- the cache is updated in place.
+// Causal and windows align bottom-right against that length (query i of seqlen_q sees key j iff
+// j ≤ i + seqlen_k(b) − seqlen_q, with seqlen_k(b) = cache_seqlens[b] + seqlen_new).
+struct KVCacheArgs {
+  TensorView q;  // [batch, seqlen_q, heads_q, hdim_qk]
+
+  // The cache, written where k_new/v_new are appended. Contiguous: [batch_cache, seqlen_cache,
+  // heads_kv, hdim] (batch_cache ≥ batch; row b, or cache_batch_idx[b] when given). Paged (with
+  // block_table): [num_pages, page_size, heads_kv, hdim], any page_size ≥ 1; sequence b's key t is
+  // row t % page_size of page block_table[b][t / page_size].
+  TensorView k_cache, v_cache;
+  TensorView cache_seqlens;    // int32 [batch]: keys already cached per sequence; empty: seqlen_cache (contiguous only)
+  TensorView block_table;      // int32 [batch, max_pages_per_sequence]: a paged cache when given
+  TensorView cache_batch_idx;  // int32 [batch]: the cache row of each sequence (contiguous only); empty: b
+
+  // New keys and values, appended to the cache before attention (both or neither):
+  // [batch, seqlen_new, heads_kv, hdim_qk] and [..., hdim_v].
+  TensorView k_new, v_new;
+
+  // Rotary embedding (both or neither): [seqlen_rotary, rotary_dim / 2] tables of q's dtype (f32 on
+  // the CPU for f32), rotary_dim = 2 · shape[1] ≤ hdim_qk, even. Applied to k_new at its positions
+  // cache_seqlens[b] + t before it is cached, and to q: at cache_seqlens[b] + i (query i) when the
+  // call is causal or windowed, else at cache_seqlens[b] for every query. Interleaved: pairs (0,1),
+  // (2,3), ...; else pairs (i, i + rotary_dim / 2) (GPT-NeoX).
+  TensorView rotary_cos, rotary_sin;
+  bool rotary_interleaved = false;
+
+  TensorView out;  // [batch, seqlen_q, heads_q, hdim_v]
+  TensorView lse;  // optional f32 [batch, heads_q, seqlen_q]
+
+  AttentionOptions options;
+  int num_splits = 0;  // key-range splits of the decode kernel (Flash-Decoding); 0: chosen from the shapes
+
+  std::string path = "auto";  // as AttentionArgs::path
+  void* stream = nullptr;
+  void* workspace = nullptr;  // see kvcache_workspace_size
+  std::size_t workspace_bytes = 0;
+};
+
 // The kernel families this build knows, in the order "auto" tries them ("sm80", "cpu", ...), and
 // the one that would run a call ("" when none).
 std::vector<std::string> families();
@@ -121,18 +163,22 @@ std::vector<std::string> families();
 std::optional<Device> family_device(const std::string& name);
 std::string forward_path(const ForwardArgs& args);
 std::string backward_path(const BackwardArgs& args);
+std::string kvcache_path(const KVCacheArgs& args);
 
 // supports(): ok when forward()/backward() would run these arguments; else the reason. It calls
 // the same selection as the run path, so the two cannot disagree.
 Status supports(const ForwardArgs& args);
 Status supports(const BackwardArgs& args);
+Status supports(const KVCacheArgs& args);
 
 // Scratch each call needs in `workspace` (bytes, on the tensors' device); 0 when none.
 Status forward_workspace_size(const ForwardArgs& args, std::size_t* bytes);
 Status backward_workspace_size(const BackwardArgs& args, std::size_t* bytes);
+Status kvcache_workspace_size(const KVCacheArgs& args, std::size_t* bytes);
 
 Status forward(const ForwardArgs& args);
 Status backward(const BackwardArgs& args);
+Status kvcache_forward(const KVCacheArgs& args);  // writes k_new/v_new into the cache, then out (and lse)
 
 // True when the library was built with CUDA and a CUDA device is visible.
 bool cuda_available();

@@ -147,6 +147,15 @@ Status backward_workspace_size(const BackwardArgs& args, std::size_t* bytes) {
 std::string forward_path(const ForwardArgs& args) { return path_of<ForwardArgs, FwdParams>(args); }
 std::string backward_path(const BackwardArgs& args) { return path_of<BackwardArgs, BwdParams>(args); }
 Status forward(const ForwardArgs& args) { return run<ForwardArgs, FwdParams>(args); }
+Status kvcache_forward(const KVCacheArgs& args) { return run<KVCacheArgs, KVCacheParams>(args); }
+Status supports(const KVCacheArgs& args) {
+  std::size_t b;
+  return workspace_size<KVCacheArgs, KVCacheParams>(args, &b);
+}
+Status kvcache_workspace_size(const KVCacheArgs& args, std::size_t* bytes) {
+  return workspace_size<KVCacheArgs, KVCacheParams>(args, bytes);
+}
+std::string kvcache_path(const KVCacheArgs& args) { return path_of<KVCacheArgs, KVCacheParams>(args); }
 Status backward(const BackwardArgs& args) { return run<BackwardArgs, BwdParams>(args); }
 
 }  // namespace flashattn

@@ -37,7 +37,16 @@ Status select_in_table(const Params& p, std::string_view path, Plan* plan) {
       }
       continue;
     }
-    Status s = direction_of<Params>(*f).plan(p, plan);
+    const Direction<Params>& d = direction_of<Params>(*f);
+    if (d.plan == nullptr) {  // this family does not offer the call at all
+      Status none = Status::unsupported("path = \"" + std::string(f->name) + "\" has no " +
+                                        direction_name<Params>() + " kernels");
+      if (!is_auto(path)) return none;
+      if (!tried) first_reason = none;
+      tried = true;
+      continue;
+    }
+    Status s = d.plan(p, plan);
     if (s.ok()) {
       plan->family = f;
       return s;
@@ -57,5 +66,6 @@ Status select_in_table(const Params& p, std::string_view path, Plan* plan) {
 
 Status select(const FwdParams& p, std::string_view path, Plan* plan) { return select_in_table(p, path, plan); }
 Status select(const BwdParams& p, std::string_view path, Plan* plan) { return select_in_table(p, path, plan); }
+Status select(const KVCacheParams& p, std::string_view path, Plan* plan) { return select_in_table(p, path, plan); }
 
 }  // namespace flashattn

@@ -18,5 +18,6 @@ const std::vector<const Family*>& family_table();
 // the first family's reason for the device: the fastest one's).
 Status select(const FwdParams& params, std::string_view path, Plan* plan);
 Status select(const BwdParams& params, std::string_view path, Plan* plan);
+Status select(const KVCacheParams& params, std::string_view path, Plan* plan);
 
 }  // namespace flashattn

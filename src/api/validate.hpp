@@ -8,5 +8,6 @@ namespace flashattn {
 
 Status to_params(const ForwardArgs& args, FwdParams* params);
 Status to_params(const BackwardArgs& args, BwdParams* params);
+Status to_params(const KVCacheArgs& args, KVCacheParams* params);
 
 }  // namespace flashattn

@@ -50,14 +50,29 @@ struct Family {
   Device device;     // whose tensors it runs
   Direction<FwdParams> forward;
   Direction<BwdParams> backward;
+  Direction<KVCacheParams> kvcache;  // a family may leave a direction empty: select() skips it
 };
 
 template <class Params>
 const Direction<Params>& direction_of(const Family& f) {
   if constexpr (std::is_same_v<Params, BwdParams>) {
     return f.backward;
+  } else if constexpr (std::is_same_v<Params, KVCacheParams>) {
+    return f.kvcache;
   } else {
     return f.forward;
+  }
+}
+
+// The call's name in messages ("forward", "backward", "kvcache").
+template <class Params>
+constexpr const char* direction_name() {
+  if constexpr (std::is_same_v<Params, BwdParams>) {
+    return "backward";
+  } else if constexpr (std::is_same_v<Params, KVCacheParams>) {
+    return "kvcache";
+  } else {
+    return "forward";
   }
 }
 

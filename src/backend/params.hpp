@@ -79,4 +79,46 @@ struct BwdParams : FwdParams {
   bool deterministic = false;
 };
 
+// A KV-cache call (KVCacheArgs), validated. The FwdParams part describes the attention: q, out,
+// lse as in the forward; k/v point at the caches (k_cache/v_cache, writable for the append);
+// seqlen_k is the cache's capacity per sequence (seqlen_cache, or max_pages · page_size when paged);
+// heads, head dims and options as in the forward (is_varlen() is false). Sequence b's keys:
+//   seqlen_k(b) = (cache_seqlens ? cache_seqlens[b] : seqlen_k) + seqlen_new,   ≤ capacity (checked
+//   on the device by the kernels, which clamp: never a read or write beyond the capacity).
+// Key t of sequence b, head h, dim d lives at
+//   contiguous: k + cache_row(b) * k_batch_stride + t * k_row_stride + h * k_head_stride + d,
+//               cache_row(b) = cache_batch_idx ? cache_batch_idx[b] : b;
+//   paged:      k + page * k_batch_stride + (t % page_size) * k_row_stride + h * k_head_stride + d,
+//               page = block_table[b * block_table_batch_stride + t / page_size]
+// (the same for v), where k_batch_stride is then the page stride.
+struct KVCacheParams : FwdParams {
+  void* k_cache = nullptr;  // == k, writable
+  void* v_cache = nullptr;  // == v, writable
+  const int32_t* cache_seqlens = nullptr;    // [batch], or null: every sequence has seqlen_k cached keys
+  const int32_t* cache_batch_idx = nullptr;  // [batch], contiguous only, or null
+  const int32_t* block_table = nullptr;      // paged when non-null
+  int64_t block_table_batch_stride = 0;
+  int64_t page_size = 0;       // paged only
+  int64_t max_pages = 0;       // paged only: block_table's second dimension
+  int64_t num_pages = 0;       // paged only: k_cache's first dimension (page indices are < num_pages)
+  int64_t batch_cache = 0;     // contiguous only: k_cache's first dimension
+
+  // Appended keys and values (null when none): [batch, seqlen_new, heads_kv, hdim].
+  const void* k_new = nullptr;
+  const void* v_new = nullptr;
+  int64_t seqlen_new = 0;
+  int64_t kn_batch_stride = 0, kn_row_stride = 0, kn_head_stride = 0;
+  int64_t vn_batch_stride = 0, vn_row_stride = 0, vn_head_stride = 0;
+
+  // Rotary tables (null when none): [seqlen_rotary, rotary_dim / 2], rows contiguous, of `dtype`.
+  const void* rotary_cos = nullptr;
+  const void* rotary_sin = nullptr;
+  int64_t rotary_dim = 0, seqlen_rotary = 0, rotary_row_stride = 0;
+  bool rotary_interleaved = false;
+
+  int num_splits = 0;  // 0: the family chooses
+
+  bool is_paged() const { return block_table != nullptr; }
+};
+
 }  // namespace flashattn

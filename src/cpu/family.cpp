@@ -17,7 +17,7 @@ Status run_backward(const Plan&, const BwdParams& p) { return backward(p); }
 }  // namespace
 
 const Family& family() {
-  static const Family kCpu{"cpu", Device::cpu, {plan<FwdParams>, run_forward}, {plan<BwdParams>, run_backward}};
+  static const Family kCpu{"cpu", Device::cpu, {plan<FwdParams>, run_forward}, {plan<BwdParams>, run_backward}, {}};
   return kCpu;
 }
 

@@ -19,7 +19,7 @@ bool device_available() { return false; }
 
 const Family& sm80_family() {
   static const Family kSm80{"sm80", Device::cuda, {no_cuda<FwdParams>, never_run<FwdParams>},
-                            {no_cuda<BwdParams>, never_run<BwdParams>}};
+                            {no_cuda<BwdParams>, never_run<BwdParams>}, {}};
   return kSm80;
 }
 

@@ -35,7 +35,7 @@ const char* compiled_head_dims() { return FLASHATTN_SM80_HEADDIMS_STRING; }
 
 const Family& sm80_family() {
   static const Family kSm80{"sm80", Device::cuda, {sm80::plan_forward, sm80::run_forward},
-                            {sm80::plan_backward, sm80::run_backward}};
+                            {sm80::plan_backward, sm80::run_backward}, {}};
   return kSm80;
 }
 

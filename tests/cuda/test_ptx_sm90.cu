@@ -469,10 +469,16 @@ TEST(CudaPtxSm90, WgmmaChainSsThenRsF16) { check_chain<F16, 64>(); }
 // T: 3 planes × 40 rows × 64 columns of 16-bit values (never 0x0000, the zero fill), contiguous.
 constexpr int kCols = 64, kRows = 40, kPlanes = 3;
 constexpr int kTElems = kCols * kRows * kPlanes;
-constexpr int kGuard = 256;  // poisoned elements after the stored tensor: a store must not reach them
-// Phase 0: 3-D box {64, 32, 2} at (0, 24, 1): rows 24..39 of plane 1 in bounds, the rest zero-filled.
-constexpr int kBox0Rows = 32, kBox0Planes = 2, kBox0Row = 24, kBox0Plane = 1;
+// Phase 0: 3-D box {64, 32, 2} at (0, 24, 2): it leaves the tensor in rows and in planes, so only
+// rows 24..39 of plane 2 are in bounds; rows 40..55 of plane 2 and all of plane 3 are zero-filled
+// on the load and must not be written by the store of the same box.
+constexpr int kBox0Rows = 32, kBox0Planes = 2, kBox0Row = 24, kBox0Plane = 2;
 constexpr int kBox0Elems = kCols * kBox0Rows * kBox0Planes;
+static_assert(kBox0Row + kBox0Rows > kRows && kBox0Plane + kBox0Planes > kPlanes,
+              "the box must reach past the tensor in rows and in planes (clipping in dims 1 and 2)");
+// Poisoned elements after the stored tensor: up to the end of where the box would land if the
+// store did not clip (its rows 40..55 and plane 3 laid out linearly), so an unclipped store shows.
+constexpr int kGuard = ((kBox0Plane + kBox0Planes - 1) * kRows + kBox0Row + kBox0Rows) * kCols - kTElems;
 // Phase 1: 2-D view {64, 120}, box {64, 8} at row 8, 128B swizzle: raw shared memory is dumped.
 constexpr int kBox1Row = 8;
 // Phase 2: 4-D view {64, 8, 5, 3} (rows split 5 × 8), box {64, 8, 1, 1} at (0, 0, 2, 1): rows 16..23
@@ -604,14 +610,21 @@ TEST(CudaPtxSm90, TmaLoadsStoresAndMbarrierPhases) {
       }
     }
   }
-  // The store: exactly the in-bounds part of the box, nothing around it, nothing past the tensor.
+  // The store: exactly the part of the box inside the tensor (box ∩ tensor in every dimension: the
+  // box's columns are the whole row), nothing around it, nothing past the tensor.
   const auto out = dout.download();
+  int stored_count = 0;
   for (int i = 0; i < kTElems + kGuard; ++i) {
     const int plane = i / (kRows * kCols), row = (i / kCols) % kRows, col = i % kCols;
-    const bool stored = i < kTElems && plane == kBox0Plane && row >= kBox0Row;
+    const bool in_box = plane >= kBox0Plane && plane < kBox0Plane + kBox0Planes && row >= kBox0Row &&
+                        row < kBox0Row + kBox0Rows;
+    const bool stored = i < kTElems && in_box;
+    stored_count += stored;
     const uint16_t want = stored ? static_cast<uint16_t>(at(plane, row, col) + 1) : uint16_t(0xFFFF);
-    ASSERT_EQ(out[i], want) << "store: element " << i << (stored ? " (in the box)" : " (outside: must stay poisoned)");
+    ASSERT_EQ(out[i], want) << "store: element " << i << " (plane " << plane << " row " << row << " col " << col
+                            << (i < kTElems ? "" : ", past the tensor") << (stored ? ": in the box)" : ": must stay poisoned)");
   }
+  EXPECT_EQ(stored_count, (kPlanes - kBox0Plane) * (kRows - kBox0Row) * kCols);  // the expectation itself
   // Phase 1: the 128B swizzle of ptx/swizzle.hpp: chunk c of row r at chunk c ^ (r % 8).
   const auto raw = d1.download();
   for (int r = 0; r < 8; ++r) {

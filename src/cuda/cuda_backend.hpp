@@ -11,4 +11,7 @@ bool device_available();
 // The portable tensor-core path (mma.sync, ldmatrix, cp.async): sm_80 and later.
 const Family& sm80_family();
 
+// Hopper (sm_90a: TMA, mbarrier, wgmma): compute capability 9.0 only; forward only so far.
+const Family& sm90_family();
+
 }  // namespace flashattn::cuda

@@ -23,4 +23,10 @@ const Family& sm80_family() {
   return kSm80;
 }
 
+const Family& sm90_family() {
+  static const Family kSm90{"sm90", Device::cuda, {no_cuda<FwdParams>, never_run<FwdParams>},
+                            {no_cuda<BwdParams>, never_run<BwdParams>}};
+  return kSm90;
+}
+
 }  // namespace flashattn::cuda

@@ -1,7 +1,8 @@
-// The sm80 forward end to end through the public API on small problems, against a float64 host
-// loop (the randomized suite in tests/ covers the space; these are the compute-sanitizer subset and
-// a quick pinpoint): masks, GQA, varlen with empty sequences, soft cap, seqlen_k = 0, and what the
-// check refuses (f32, misaligned strides).
+// The sm80 and sm90 forwards end to end through the public API on small problems (each forced with
+// `path`), against a float64 host loop (the randomized suite in tests/ covers the space; these are
+// the compute-sanitizer subset and a quick pinpoint): masks, GQA, varlen with empty sequences, soft
+// cap, seqlen_k = 0, keys past seqlen_k holding NaN, and what the plans refuse (f32, misaligned
+// strides; varlen on sm90). Outputs are poisoned with NaN before each call.
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -22,6 +23,8 @@ struct Problem {
   int64_t left = -1, right = -1;
   float softcap = 0.f;
   std::vector<int> lens_q, lens_k;  // varlen when set (batch entries)
+  int kv_nan_rows = 0;  // padded batches: NaN key/value rows after each sequence's seqlen_k (in the view's
+                        // batch stride, never in the view): a kernel that reads them poisons the output
 };
 
 // Float64 attention of one (sequence, head); rows with no visible key: out 0, lse +inf.
@@ -62,7 +65,9 @@ TensorView view(void* data, DType dt, std::initializer_list<int64_t> shape) {
   return TensorView::contiguous(data, dt, Device::cuda, shape);
 }
 
-void run_and_check(const Problem& p) {
+// Runs p on the family `path` and compares with the reference; skips where this build has no
+// instance of the head dim (for sm90, also: a GPU that is not compute capability 9.0).
+void run_and_check(const Problem& p, const char* path = "sm80") {
   FA_REQUIRE_DEVICE();
   const bool varlen = !p.lens_q.empty();
   std::vector<int> cu_q{0}, cu_k{0};
@@ -70,13 +75,26 @@ void run_and_check(const Problem& p) {
     cu_q.push_back(cu_q.back() + (varlen ? p.lens_q[b] : p.sq));
     cu_k.push_back(cu_k.back() + (varlen ? p.lens_k[b] : p.sk));
   }
-  const int tq = cu_q.back(), tk = cu_k.back();
+  const int tq = cu_q.back();
+  // Key rows per sequence in memory: the view's rows, then kv_nan_rows of NaN (padded batches).
+  const int k_stride_rows = varlen ? 0 : p.sk + p.kv_nan_rows;
+  const int tk = varlen ? cu_k.back() : p.batch * k_stride_rows;
+  auto k_row0 = [&](int b) { return varlen ? cu_k[b] : b * k_stride_rows; };
   std::mt19937 rng(5);
   std::vector<uint16_t> qb, kb, vb;
   std::vector<float> qv, kv, vv;
   fa_test::random_matrix<Tag>(rng, size_t(tq) * p.h * p.d, &qb, &qv);
   fa_test::random_matrix<Tag>(rng, size_t(tk) * p.hk * p.d, &kb, &kv);
   fa_test::random_matrix<Tag>(rng, size_t(tk) * p.hk * p.dv, &vb, &vv);
+  if (!varlen) {
+    for (int b = 0; b < p.batch; ++b) {
+      for (int j = p.sk; j < k_stride_rows; ++j) {
+        const size_t row = size_t(k_row0(b) + j);
+        for (size_t i = row * p.hk * p.d; i < (row + 1) * p.hk * p.d; ++i) kb[i] = 0x7fc1;
+        for (size_t i = row * p.hk * p.dv; i < (row + 1) * p.hk * p.dv; ++i) vb[i] = 0x7fc1;
+      }
+    }
+  }
   fa_test::DeviceBuffer<uint16_t> dq(qb), dk(kb), dv(vb);
   fa_test::DeviceBuffer<uint16_t> dout(std::vector<uint16_t>(size_t(tq) * p.h * p.dv, 0x7fc1));  // NaN poison
   fa_test::DeviceBuffer<float> dlse(std::vector<float>(size_t(tq) * p.h, NAN));
@@ -97,6 +115,8 @@ void run_and_check(const Problem& p) {
     a.q = view(dq.ptr, DType::bf16, {p.batch, p.sq, p.h, p.d});
     a.k = view(dk.ptr, DType::bf16, {p.batch, p.sk, p.hk, p.d});
     a.v = view(dv.ptr, DType::bf16, {p.batch, p.sk, p.hk, p.dv});
+    a.k.stride[0] = int64_t(k_stride_rows) * p.hk * p.d;
+    a.v.stride[0] = int64_t(k_stride_rows) * p.hk * p.dv;
     a.out = view(dout.ptr, DType::bf16, {p.batch, p.sq, p.h, p.dv});
     a.lse = view(dlse.ptr, DType::f32, {p.batch, p.h, p.sq});
   }
@@ -104,11 +124,12 @@ void run_and_check(const Problem& p) {
   a.options.window_left = p.left;
   a.options.window_right = p.right;
   a.options.softcap = p.softcap;
+  a.path = path;
   const flashattn::Status sup = flashattn::supports(a);
   if (sup.code == flashattn::StatusCode::not_supported && sup.message.find("FLASHATTN_HEADDIMS") != std::string::npos) {
     GTEST_SKIP() << sup.message;  // this build did not compile the head dim
   }
-  ASSERT_EQ(flashattn::forward_path(a), "sm80") << sup.message;
+  ASSERT_EQ(flashattn::forward_path(a), path) << sup.message;
   const flashattn::Status st = flashattn::forward(a);
   ASSERT_TRUE(st.ok()) << st.message;
   FA_CUDA_OK(cudaDeviceSynchronize());
@@ -118,7 +139,7 @@ void run_and_check(const Problem& p) {
     const int sq = cu_q[b + 1] - cu_q[b], sk = cu_k[b + 1] - cu_k[b];
     for (int h = 0; h < p.h; ++h) {
       std::vector<double> ro, rl;
-      reference(p, qv, kv, vv, cu_q[b], cu_k[b], sq, sk, h, &ro, &rl);
+      reference(p, qv, kv, vv, cu_q[b], k_row0(b), sq, sk, h, &ro, &rl);
       for (int i = 0; i < sq; ++i) {
         const size_t row = size_t(cu_q[b]) + i;
         const float got_lse = varlen ? lse[size_t(h) * tq + row] : lse[(size_t(b) * p.h + h) * p.sq + i];
@@ -200,6 +221,97 @@ TEST(CudaFwdSmall, RefusesF32AndMisalignedStrides) {
   st = flashattn::supports(a);
   EXPECT_EQ(st.code, flashattn::StatusCode::not_supported) << st.message;
   EXPECT_NE(st.message.find("aligned"), std::string::npos) << st.message;
+}
+
+// ---- the sm90 forward (Hopper, sm_90a), forced with path = "sm90" -----------------------------------
+// Sequence lengths off the 128 × 128 (D = 256: 128 × 64) tiles; K/V with NaN rows past seqlen_k.
+
+void run_sm90(Problem p) {
+  FA_REQUIRE_SM90();
+  if (p.lens_q.empty() && p.kv_nan_rows == 0) p.kv_nan_rows = 8;
+  run_and_check(p, "sm90");
+}
+
+TEST(CudaFwdSm90, PlainGqaHdim128) {
+  Problem p;
+  p.sq = 200;
+  p.sk = 333;
+  p.d = p.dv = 128;
+  run_sm90(p);
+}
+TEST(CudaFwdSm90, CausalHdim128) {
+  Problem p;
+  p.causal = true;
+  p.sq = p.sk = 517;
+  p.h = p.hk = 2;
+  p.d = p.dv = 128;
+  run_sm90(p);
+}
+TEST(CudaFwdSm90, CausalBottomRightShortQueries) {
+  Problem p;
+  p.causal = true;
+  p.sq = 77;
+  p.sk = 1000;
+  p.d = p.dv = 128;
+  run_sm90(p);
+}
+TEST(CudaFwdSm90, CausalFullyMaskedRows) {
+  Problem p;
+  p.causal = true;
+  p.sq = 300;
+  p.sk = 170;  // rows 0..129 see no key: out 0, lse +inf
+  p.d = p.dv = 128;
+  run_sm90(p);
+}
+TEST(CudaFwdSm90, WindowSoftcapHdimVBelowQk) {
+  Problem p;
+  p.left = 100;
+  p.right = 20;
+  p.softcap = 5.f;
+  p.sq = 260;
+  p.sk = 390;
+  p.d = 128;
+  p.dv = 64;
+  run_sm90(p);
+}
+TEST(CudaFwdSm90, Hdim64) {
+  Problem p;
+  p.sq = 150;
+  p.sk = 131;
+  p.causal = true;
+  run_sm90(p);
+}
+TEST(CudaFwdSm90, Hdim256Mqa) {
+  Problem p;
+  p.sq = 140;
+  p.sk = 203;
+  p.hk = 1;
+  p.d = p.dv = 256;
+  run_sm90(p);
+}
+TEST(CudaFwdSm90, NoKeys) {
+  Problem p;
+  p.sk = 0;
+  p.d = p.dv = 128;
+  run_sm90(p);
+}
+
+TEST(CudaFwdSm90, RefusesVarlen) {
+  FA_REQUIRE_DEVICE();
+  fa_test::DeviceBuffer<uint16_t> h(1 << 16);
+  fa_test::DeviceBuffer<int> cu(std::vector<int>{0, 10, 16});
+  flashattn::ForwardArgs a;
+  a.q = view(h.ptr, DType::bf16, {16, 2, 128});
+  a.k = a.q;
+  a.v = a.q;
+  a.out = a.q;
+  a.cu_seqlens_q = view(cu.ptr, DType::i32, {3});
+  a.cu_seqlens_k = a.cu_seqlens_q;
+  a.max_seqlen_q = a.max_seqlen_k = 10;
+  a.path = "sm90";
+  const flashattn::Status st = flashattn::supports(a);
+  EXPECT_EQ(st.code, flashattn::StatusCode::not_supported) << st.message;
+  EXPECT_NE(st.message.find("sm90"), std::string::npos) << st.message;
 }
 
 }  // namespace

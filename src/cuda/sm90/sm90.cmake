@@ -1,5 +1,34 @@
-# The sm90 family (Hopper: TMA, mbarrier, wgmma; sm_90a). So far its host-side tensor-map builder
-# (plain C++, no device code, so compiled whatever FLASHATTN_CUDA_ARCHS holds; it reaches the driver
-# through the runtime's entry-point lookup, no libcuda link). Its kernel instances will compile for
-# 90a only. Included from src/cuda/CMakeLists.txt.
+# The sm90 family (Hopper: TMA, mbarrier, wgmma; sm_90a). Its host code (the tensor-map builder,
+# the registry and plan in family.cu, no device code) compiles whatever FLASHATTN_CUDA_ARCHS holds,
+# so the family is always in the table; its kernel instances compile for 90a alone, and only when
+# 90a is among the archs (else the registry is empty and the plan refuses, naming the build).
+# Instances: the head dims of FLASHATTN_HEADDIMS among 64, 128, 256 (smaller ones round up), f16
+# and bf16, one translation unit each holding the unmasked and the masked kernel.
+# Included from src/cuda/CMakeLists.txt.
 target_sources(flashattn PRIVATE ${CMAKE_CURRENT_LIST_DIR}/tensor_map.cpp)
+
+set(FLASHATTN_SM90_HEADDIMS "")
+set(_fa_sm90_supported_headdims 64 128 256)
+set(_fa_sm90_dir ${CMAKE_CURRENT_LIST_DIR})
+if("90a" IN_LIST FLASHATTN_CUDA_ARCHS)
+  foreach(d IN LISTS FLASHATTN_HEADDIMS)
+    if(d IN_LIST _fa_sm90_supported_headdims)
+      list(APPEND FLASHATTN_SM90_HEADDIMS ${d})
+    endif()
+  endforeach()
+endif()
+set(FLASHATTN_SM90_HEADDIM_XLIST "")
+foreach(d IN LISTS FLASHATTN_SM90_HEADDIMS)
+  string(APPEND FLASHATTN_SM90_HEADDIM_XLIST " X(${d})")
+endforeach()
+configure_file(${CMAKE_CURRENT_LIST_DIR}/instances.h.in ${CMAKE_CURRENT_BINARY_DIR}/sm90/instances.h @ONLY)
+
+# flashattn_add_instances reads FLASHATTN_HEADDIMS: a function scope gives it the sm90 list.
+function(flashattn_add_sm90_instances)
+  set(FLASHATTN_HEADDIMS ${FLASHATTN_SM90_HEADDIMS})
+  flashattn_add_instances(sm90_fwd ${_fa_sm90_dir}/fwd_instance.cu.in "90a")
+endfunction()
+if(FLASHATTN_SM90_HEADDIMS)
+  flashattn_add_sm90_instances()
+endif()
+flashattn_add_cuda_sources("${FLASHATTN_CUDA_ARCHS}" ${CMAKE_CURRENT_LIST_DIR}/family.cu)

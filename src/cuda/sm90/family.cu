@@ -1,0 +1,137 @@
+// The sm90 family (Hopper, sm_90a: TMA, mbarrier, wgmma): its instance registry and the forward's
+// plan and run. It has no backward yet: its backward plan refuses, so "auto" picks sm80's.
+//
+// The forward plan accepts f16/bf16 on a compute capability 9.0 GPU with padded (not varlen)
+// batches whose Q, K, V views TMA can tile (16-byte aligned, strides multiples of 8 elements) and
+// whose head dims fit a compiled instance (64, 128, 256; smaller ones round up). Causal, sliding
+// windows, soft cap and GQA/MQA run on it. Everything else is not_supported with the reason.
+#include <climits>
+#include <string>
+
+#include "api/status_try.hpp"
+#include "cuda/common/device_info.hpp"
+#include "cuda/common/host_runtime.hpp"
+#include "cuda/common/mask.cuh"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/ptx/mma.cuh"
+#include "cuda/sm90/fwd_launch.hpp"
+#include "cuda/sm90/fwd_maps.hpp"
+#include "sm90/instances.h"
+
+namespace flashattn::cuda {
+namespace sm90 {
+namespace {
+
+constexpr const char* kWho = "cuda sm90 forward";
+
+using FwdRunFn = Status (*)(const FwdParams& params);
+using FwdCheckFn = Status (*)(const FwdParams& params);
+
+struct Instance {
+  int head_dim;
+  FwdRunFn fwd_run[2];  // [dtype]: f16, bf16
+  FwdCheckFn fwd_check[2];
+};
+
+#define FLASHATTN_SM90_INSTANCE(D)                                                                            \
+  Instance{D, {&fwd_run<ptx::F16, D>, &fwd_run<ptx::BF16, D>}, {&fwd_device_check<ptx::F16, D>, &fwd_device_check<ptx::BF16, D>}},
+constexpr Instance kNoInstance{0, {nullptr, nullptr}, {nullptr, nullptr}};
+// kNoInstance first keeps the array non-empty in a build without 90a; head_dim 0 never matches.
+const Instance kInstances[] = {kNoInstance, FLASHATTN_SM90_HEADDIMS(FLASHATTN_SM90_INSTANCE)};
+#undef FLASHATTN_SM90_INSTANCE
+
+const Instance* find_instance(int64_t head_dim) {
+  const Instance* best = nullptr;
+  for (const Instance& inst : kInstances) {
+    if (inst.head_dim >= head_dim && inst.head_dim > 0 && (best == nullptr || inst.head_dim < best->head_dim)) {
+      best = &inst;
+    }
+  }
+  return best;
+}
+
+int dtype_index(DType dtype) { return dtype == DType::bf16 ? 1 : 0; }
+
+struct FwdPlanDetail {
+  FwdRunFn run;
+};
+
+Status check_sizes(const FwdParams& p, int head_dim) {
+  if (p.seqlen_q > kMaxSeqlen || p.seqlen_k > kMaxSeqlen) {
+    return Status::unsupported(std::string(kWho) + ": sequences longer than " + std::to_string(kMaxSeqlen) +
+                               " are not supported");
+  }
+  const int64_t m_blocks = (p.seqlen_q + fwd_shape(head_dim).block_m - 1) / fwd_shape(head_dim).block_m;
+  if (p.heads_q > INT_MAX || p.batch > INT_MAX || m_blocks * p.heads_q * p.batch > INT_MAX) {
+    return Status::unsupported(std::string(kWho) + ": batch = " + std::to_string(p.batch) + ", heads_q = " +
+                               std::to_string(p.heads_q) + ", seqlen_q = " + std::to_string(p.seqlen_q) +
+                               " need more than 2^31 - 1 thread blocks");
+  }
+  return Status::success();
+}
+
+// The views as TMA sees them (check_tile_map), and out for the epilogue's 4-byte stores.
+Status check_layout(const FwdParams& p, int head_dim) {
+  const FwdMapSpecs specs = fwd_map_specs(p, fwd_shape(head_dim));
+  FLASHATTN_TRY(check_tile_map(p.dtype, specs.q, "cuda sm90 forward: q"));
+  if (p.seqlen_k > 0) {
+    FLASHATTN_TRY(check_tile_map(p.dtype, specs.k, "cuda sm90 forward: k"));
+    FLASHATTN_TRY(check_tile_map(p.dtype, specs.v, "cuda sm90 forward: v"));
+  }
+  return check_16byte_layout(kWho, "out", p.out, {{"batch", p.batch, p.o_batch_stride},
+                                                  {"row", p.seqlen_q, p.o_row_stride},
+                                                  {"head", p.heads_q, p.o_head_stride}});
+}
+
+Status plan_forward(const FwdParams& p, Plan* plan) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
+    return Status::unsupported(std::string(kWho) + ": dtype " + to_string(p.dtype) +
+                               " is not supported: the tensor-core kernels take f16 or bf16");
+  }
+  if (p.is_varlen()) {
+    return Status::unsupported(std::string(kWho) + ": varlen batches are not supported yet (step 1 of issue 13); "
+                               "path = \"auto\" runs them on sm80");
+  }
+  const int64_t need = p.hdim_qk > p.hdim_v ? p.hdim_qk : p.hdim_v;
+  const Instance* inst = find_instance(need);
+  if (inst == nullptr) {
+    return Status::unsupported(std::string(kWho) + ": head dim " + std::to_string(need) +
+                               " (max of hdim_qk, hdim_v) has no compiled sm90 instance: this build has \"" +
+                               FLASHATTN_SM90_HEADDIMS_STRING +
+                               "\" (FLASHATTN_HEADDIMS among 64, 128, 256, with 90a in FLASHATTN_CUDA_ARCHS)");
+  }
+  DeviceInfo dev;
+  FLASHATTN_TRY(device_info(&dev));
+  if (dev.cc_major != 9 || dev.cc_minor != 0) {
+    return Status::unsupported(std::string(kWho) + ": needs compute capability 9.0 (sm_90a), the current device has " +
+                               std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor));
+  }
+  FLASHATTN_TRY(check_sizes(p, inst->head_dim));
+  FLASHATTN_TRY(check_layout(p, inst->head_dim));
+  const int i = dtype_index(p.dtype);
+  FLASHATTN_TRY(inst->fwd_check[i](p));
+  plan->workspace_bytes = 0;
+  plan->set(FwdPlanDetail{inst->fwd_run[i]});
+  return Status::success();
+}
+
+Status run_forward(const Plan& plan, const FwdParams& p) { return plan.get<FwdPlanDetail>().run(p); }
+
+Status plan_backward(const BwdParams&, Plan*) {
+  return Status::unsupported("cuda sm90: no backward yet (issue 13 builds the forward first); path = \"auto\" "
+                             "runs the sm80 backward");
+}
+Status run_backward(const Plan&, const BwdParams&) {
+  return {StatusCode::internal, "cuda sm90: backward run without a plan (the family has no backward)"};
+}
+
+}  // namespace
+}  // namespace sm90
+
+const Family& sm90_family() {
+  static const Family kSm90{"sm90", Device::cuda, {sm90::plan_forward, sm90::run_forward},
+                            {sm90::plan_backward, sm90::run_backward}};
+  return kSm90;
+}
+
+}  // namespace flashattn::cuda

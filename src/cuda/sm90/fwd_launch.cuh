@@ -1,0 +1,113 @@
+// Launch code of the sm90 forward kernel: the tensor maps of Q, K, V (fwd_maps.hpp), the kernel's
+// params, grid and shared memory from its traits, the launch. Included only by the per-instance
+// translation units.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "api/status_try.hpp"
+#include "cuda/common/device_info.hpp"
+#include "cuda/common/host_runtime.hpp"
+#include "cuda/common/mask.cuh"
+#include "cuda/sm90/fwd_kernel.cuh"
+#include "cuda/sm90/fwd_launch.hpp"
+#include "cuda/sm90/fwd_maps.hpp"
+
+namespace flashattn::cuda::sm90 {
+
+inline constexpr const char* kFwdWho = "cuda sm90 forward";
+
+template <class Traits>
+FwdKernelParams fwd_kernel_params(const FwdParams& p) {
+  FwdKernelParams k{};
+  k.out = p.out;
+  k.lse = p.lse;
+  k.o_batch_stride = p.o_batch_stride;
+  k.o_row_stride = p.o_row_stride;
+  k.o_head_stride = p.o_head_stride;
+  k.lse_batch_stride = p.lse_batch_stride;
+  k.lse_head_stride = p.lse_head_stride;
+  k.batch = static_cast<int>(p.batch);
+  k.heads_q = static_cast<int>(p.heads_q);
+  k.group_size = static_cast<int>(p.group_size());
+  k.seqlen_q = static_cast<int>(p.seqlen_q);
+  k.seqlen_k = static_cast<int>(p.seqlen_k);
+  k.hdim_v = static_cast<int>(p.hdim_v);
+  k.num_m_blocks = ceil_div(k.seqlen_q, Traits::kBlockM);
+  k.window_left = clamp_window(p.options.window_left);
+  k.window_right = clamp_window(p.options.window_right);
+  k.scores = make_score_transform(p.options);
+  return k;
+}
+
+template <class Traits>
+Status fwd_launch(const FwdParams& p) {
+  const FwdKernelParams kp = fwd_kernel_params<Traits>(p);
+  const int64_t blocks = int64_t{kp.num_m_blocks} * kp.heads_q * kp.batch;
+  if (blocks == 0) return Status::success();  // no query rows: nothing to write
+
+  // Encoded per call (a few microseconds of host time each); K and V only when there are keys.
+  const FwdMapSpecs specs = fwd_map_specs(p, Traits::kShape);
+  CUtensorMap tm_q{}, tm_k{}, tm_v{};
+  FLASHATTN_TRY(make_tile_map(&tm_q, p.dtype, specs.q, kFwdWho));
+  if (p.seqlen_k > 0) {
+    FLASHATTN_TRY(make_tile_map(&tm_k, p.dtype, specs.k, kFwdWho));
+    FLASHATTN_TRY(make_tile_map(&tm_v, p.dtype, specs.v, kFwdWho));
+  }
+
+  auto* kernel = &fwd_kernel<Traits>;
+  constexpr std::size_t smem = Traits::kShape.smem_bytes();
+  static DeviceFlags opted_in;
+  FLASHATTN_TRY(opt_in_dynamic_smem(kFwdWho, kernel, smem, opted_in));
+  kernel<<<dim3(static_cast<unsigned>(blocks)), dim3(Traits::kThreads), smem, static_cast<cudaStream_t>(p.stream)>>>(
+      tm_q, tm_k, tm_v, kp);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return cuda_status(kFwdWho, e, "kernel launch");
+  return Status::success();
+}
+
+template <class Traits>
+Status fwd_device_check_traits() {
+  static DeviceFlags checked;
+  const int current = current_device();
+  if (checked.test(current)) return Status::success();
+  DeviceInfo dev;
+  FLASHATTN_TRY(device_info(&dev));
+  cudaFuncAttributes attr{};
+  const cudaError_t e = cudaFuncGetAttributes(&attr, &fwd_kernel<Traits>);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // an answer, not a failure of the caller's stream
+    return Status::unsupported(std::string(kFwdWho) + ": no sm_90a kernel image for this GPU (compute capability " +
+                               std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) + ", " +
+                               cudaGetErrorName(e) + ")");
+  }
+  if (Traits::kShape.smem_bytes() + attr.sharedSizeBytes > static_cast<std::size_t>(dev.smem_optin)) {
+    return Status::unsupported(std::string(kFwdWho) + ": head dim instance " + std::to_string(Traits::kD) + " needs " +
+                               std::to_string(Traits::kShape.smem_bytes()) +
+                               " bytes of shared memory per block; this GPU allows " + std::to_string(dev.smem_optin));
+  }
+  checked.set(current);
+  return Status::success();
+}
+
+template <class Tag, int kHeadDim>
+Status fwd_run(const FwdParams& p) {
+  if (mask_of(p.options).has_mask()) return fwd_launch<FwdTraits<Tag, kHeadDim, true>>(p);
+  return fwd_launch<FwdTraits<Tag, kHeadDim, false>>(p);
+}
+
+template <class Tag, int kHeadDim>
+Status fwd_device_check(const FwdParams& p) {
+  if (mask_of(p.options).has_mask()) return fwd_device_check_traits<FwdTraits<Tag, kHeadDim, true>>();
+  return fwd_device_check_traits<FwdTraits<Tag, kHeadDim, false>>();
+}
+
+}  // namespace flashattn::cuda::sm90
+
+// One instance: fwd_run and fwd_device_check of (Tag, D). Used by the generated sm90_fwd_*_hdim*.cu.
+#define FLASHATTN_SM90_FWD_INSTANCE(Tag, D)                                                       \
+  template flashattn::Status flashattn::cuda::sm90::fwd_run<Tag, D>(const flashattn::FwdParams&); \
+  template flashattn::Status flashattn::cuda::sm90::fwd_device_check<Tag, D>(const flashattn::FwdParams&);

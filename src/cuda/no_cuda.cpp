@@ -25,7 +25,7 @@ const Family& sm80_family() {
 
 const Family& sm90_family() {
   static const Family kSm90{"sm90", Device::cuda, {no_cuda<FwdParams>, never_run<FwdParams>},
-                            {no_cuda<BwdParams>, never_run<BwdParams>}};
+                            {no_cuda<BwdParams>, never_run<BwdParams>}, {}};
   return kSm90;
 }
 

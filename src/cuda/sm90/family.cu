@@ -130,7 +130,7 @@ Status run_backward(const Plan&, const BwdParams&) {
 
 const Family& sm90_family() {
   static const Family kSm90{"sm90", Device::cuda, {sm90::plan_forward, sm90::run_forward},
-                            {sm90::plan_backward, sm90::run_backward}};
+                            {sm90::plan_backward, sm90::run_backward}, {}};
   return kSm90;
 }
 

@@ -30,6 +30,11 @@ class Edge : public ::testing::TestWithParam<Backend> {
     EXPECT_TRUE(fwd.status.ok()) << fwd.status.message;
     expect_forward_matches(p);
     auto bwd = run_backward(GetParam(), p);
+    if (bwd.support.code == StatusCode::not_supported) {
+      // A forward-only family (sm90 today): the backward a user gets after its forward is the one
+      // "auto" picks, from this family's out and lse.
+      bwd = run_backward(Backend::any(GetParam().device), p);
+    }
     EXPECT_TRUE(bwd.status.ok()) << bwd.status.message;
     expect_backward_matches(p);
     return p;

@@ -1,10 +1,12 @@
 // The sm80 and sm90 forwards end to end through the public API on small problems (each forced with
 // `path`), against a float64 host loop (the randomized suite in tests/ covers the space; these are
 // the compute-sanitizer subset and a quick pinpoint): masks, GQA, varlen with empty sequences, soft
-// cap, seqlen_k = 0, keys past seqlen_k holding NaN, and what the plans refuse (f32, misaligned
-// strides; varlen on sm90). Outputs are poisoned with NaN before each call.
+// cap, seqlen_k = 0, keys past seqlen_k holding NaN (padded: rows after each sequence; varlen: packed
+// rows before and after the sequences, which must also stay unwritten in the output), and what the
+// plans refuse (f32, misaligned strides). Outputs are poisoned with NaN before each call.
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "flashattn/flashattn.hpp"
@@ -25,6 +27,8 @@ struct Problem {
   std::vector<int> lens_q, lens_k;  // varlen when set (batch entries)
   int kv_nan_rows = 0;  // padded batches: NaN key/value rows after each sequence's seqlen_k (in the view's
                         // batch stride, never in the view): a kernel that reads them poisons the output
+  int varlen_pad = 0;   // varlen: packed rows of no sequence before cu_seqlens[0] and after cu_seqlens[batch],
+                        // NaN in q, k and v; the output rows (and lse entries) there must stay NaN
 };
 
 // Float64 attention of one (sequence, head); rows with no visible key: out 0, lse +inf.
@@ -70,15 +74,16 @@ TensorView view(void* data, DType dt, std::initializer_list<int64_t> shape) {
 void run_and_check(const Problem& p, const char* path = "sm80") {
   FA_REQUIRE_DEVICE();
   const bool varlen = !p.lens_q.empty();
-  std::vector<int> cu_q{0}, cu_k{0};
+  const int pad = varlen ? p.varlen_pad : 0;
+  std::vector<int> cu_q{pad}, cu_k{pad};
   for (int b = 0; b < p.batch; ++b) {
     cu_q.push_back(cu_q.back() + (varlen ? p.lens_q[b] : p.sq));
     cu_k.push_back(cu_k.back() + (varlen ? p.lens_k[b] : p.sk));
   }
-  const int tq = cu_q.back();
+  const int tq = cu_q.back() + pad;
   // Key rows per sequence in memory: the view's rows, then kv_nan_rows of NaN (padded batches).
   const int k_stride_rows = varlen ? 0 : p.sk + p.kv_nan_rows;
-  const int tk = varlen ? cu_k.back() : p.batch * k_stride_rows;
+  const int tk = varlen ? cu_k.back() + pad : p.batch * k_stride_rows;
   auto k_row0 = [&](int b) { return varlen ? cu_k[b] : b * k_stride_rows; };
   std::mt19937 rng(5);
   std::vector<uint16_t> qb, kb, vb;
@@ -86,7 +91,16 @@ void run_and_check(const Problem& p, const char* path = "sm80") {
   fa_test::random_matrix<Tag>(rng, size_t(tq) * p.h * p.d, &qb, &qv);
   fa_test::random_matrix<Tag>(rng, size_t(tk) * p.hk * p.d, &kb, &kv);
   fa_test::random_matrix<Tag>(rng, size_t(tk) * p.hk * p.dv, &vb, &vv);
-  if (!varlen) {
+  auto poison_rows = [](std::vector<uint16_t>* x, int row_elems, int begin, int end) {
+    for (size_t i = size_t(begin) * row_elems; i < size_t(end) * row_elems; ++i) (*x)[i] = 0x7fc1;
+  };
+  if (varlen) {
+    for (auto [begin, end] : {std::pair{0, pad}, std::pair{cu_q.back(), tq}}) poison_rows(&qb, p.h * p.d, begin, end);
+    for (auto [begin, end] : {std::pair{0, pad}, std::pair{cu_k.back(), tk}}) {
+      poison_rows(&kb, p.hk * p.d, begin, end);
+      poison_rows(&vb, p.hk * p.dv, begin, end);
+    }
+  } else {
     for (int b = 0; b < p.batch; ++b) {
       for (int j = p.sk; j < k_stride_rows; ++j) {
         const size_t row = size_t(k_row0(b) + j);
@@ -155,6 +169,17 @@ void run_and_check(const Problem& p, const char* path = "sm80") {
       }
     }
   }
+  // Varlen: the packed rows of no sequence are never written.
+  for (int row = 0; row < tq; ++row) {
+    if (!varlen || (row >= cu_q.front() && row < cu_q.back())) continue;
+    for (int h = 0; h < p.h; ++h) {
+      ASSERT_TRUE(std::isnan(lse[size_t(h) * tq + row])) << "lse written outside the sequences: row " << row << " h " << h;
+      for (int c = 0; c < p.dv; ++c) {
+        ASSERT_EQ(out[(size_t(row) * p.h + h) * p.dv + c], 0x7fc1)
+            << "out written outside the sequences: row " << row << " h " << h << " col " << c;
+      }
+    }
+  }
 }
 
 TEST(CudaFwdSmall, Plain) { run_and_check(Problem{}); }
@@ -188,6 +213,18 @@ TEST(CudaFwdSmall, VarlenWithEmptySequences) {
   p.sq = 70;
   p.sk = 130;
   p.causal = true;
+  run_and_check(p);
+}
+// sm80 on the varlen problem of CudaFwdSm90.Varlen* (NaN in the packed rows of no sequence).
+TEST(CudaFwdSmall, VarlenNanOutsideSequences) {
+  Problem p;
+  p.batch = 6;
+  p.lens_q = {77, 0, 300, 1, 129, 45};
+  p.lens_k = {93, 17, 261, 0, 130, 300};
+  p.sq = 300;
+  p.sk = 300;
+  p.d = p.dv = 128;
+  p.varlen_pad = 5;
   run_and_check(p);
 }
 TEST(CudaFwdSmall, NoKeys) {
@@ -296,22 +333,50 @@ TEST(CudaFwdSm90, NoKeys) {
   run_sm90(p);
 }
 
-TEST(CudaFwdSm90, RefusesVarlen) {
-  FA_REQUIRE_DEVICE();
-  fa_test::DeviceBuffer<uint16_t> h(1 << 16);
-  fa_test::DeviceBuffer<int> cu(std::vector<int>{0, 10, 16});
-  flashattn::ForwardArgs a;
-  a.q = view(h.ptr, DType::bf16, {16, 2, 128});
-  a.k = a.q;
-  a.v = a.q;
-  a.out = a.q;
-  a.cu_seqlens_q = view(cu.ptr, DType::i32, {3});
-  a.cu_seqlens_k = a.cu_seqlens_q;
-  a.max_seqlen_q = a.max_seqlen_k = 10;
-  a.path = "sm90";
-  const flashattn::Status st = flashattn::supports(a);
-  EXPECT_EQ(st.code, flashattn::StatusCode::not_supported) << st.message;
-  EXPECT_NE(st.message.find("sm90"), std::string::npos) << st.message;
+// Varlen: sequences of odd lengths (an empty one, a query-only one, ones longer than the blocks), NaN
+// in the packed q/k/v rows before the first and after the last sequence (5 rows each side: TMA
+// boxes of the last sequence run into them), output and lse rows there must stay NaN.
+Problem varlen_problem(int d) {
+  Problem p;
+  p.batch = 6;
+  p.lens_q = {77, 0, 300, 1, 129, 45};
+  p.lens_k = {93, 17, 261, 0, 130, 300};
+  p.sq = 300;
+  p.sk = 300;
+  p.d = p.dv = d;
+  p.varlen_pad = 5;
+  return p;
+}
+TEST(CudaFwdSm90, VarlenHdim128) { run_sm90(varlen_problem(128)); }
+TEST(CudaFwdSm90, VarlenCausalHdim128) {
+  Problem p = varlen_problem(128);
+  p.causal = true;  // per sequence bottom-right: rows of sequence 2 (300 × 261) before row 39 see nothing
+  run_sm90(p);
+}
+TEST(CudaFwdSm90, VarlenCausalHdim64) {
+  Problem p = varlen_problem(64);
+  p.causal = true;
+  run_sm90(p);
+}
+TEST(CudaFwdSm90, VarlenWindowSoftcapHdim256Mqa) {
+  Problem p = varlen_problem(256);
+  p.hk = 1;
+  p.left = 50;
+  p.right = 10;
+  p.softcap = 5.f;
+  run_sm90(p);
+}
+// Every sequence empty on the query side, or on the key side: nothing written / out 0, lse +inf.
+TEST(CudaFwdSm90, VarlenEmptySides) {
+  Problem p;
+  p.batch = 3;
+  p.lens_q = {0, 0, 9};
+  p.lens_k = {4, 0, 0};
+  p.sq = 9;
+  p.sk = 4;
+  p.d = p.dv = 128;
+  p.varlen_pad = 3;
+  run_sm90(p);
 }
 
 }  // namespace

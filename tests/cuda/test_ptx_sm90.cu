@@ -30,6 +30,7 @@
 #include "cuda/ptx/setmaxnreg.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/wgmma.cuh"
+#include "cuda/sm90/fwd_maps.hpp"
 #include "cuda/sm90/tensor_map.hpp"
 #include "test_util.cuh"
 
@@ -747,6 +748,50 @@ TEST(CudaPtxSm90Host, TileMapChecks) {
   s = good;
   s.dims[1] = 0;
   EXPECT_EQ(code(DType::bf16, s), StatusCode::not_supported) << "empty dimension";
+}
+
+// The sm90 forward's maps of a varlen call: the packed tensors {d, total rows, heads, 1} (batch
+// stride 0 never stepped), in the contiguous packed layout and with padded row strides.
+TEST(CudaPtxSm90Host, ForwardVarlenMapSpecs) {
+  using namespace flashattn::cuda::sm90;
+  void* const fake = reinterpret_cast<void*>(uintptr_t(1) << 20);  // aligned; never dereferenced
+  flashattn::FwdParams p;
+  p.dtype = DType::bf16;
+  p.q = p.k = p.v = p.out = fake;
+  static const int32_t cu[3] = {0, 0, 0};  // only compared with null
+  p.cu_seqlens_q = p.cu_seqlens_k = cu;
+  p.batch = 2;
+  p.seqlen_q = 300;  // the maxima
+  p.seqlen_k = 500;
+  p.total_q = 1001;
+  p.total_k = 777;
+  p.heads_q = 4;
+  p.heads_kv = 2;
+  p.hdim_qk = p.hdim_v = 128;
+  p.q_row_stride = 4 * 128;
+  p.q_head_stride = 128;
+  p.k_row_stride = p.v_row_stride = 2 * 128 + 64;  // padded rows
+  p.k_head_stride = p.v_head_stride = 128;
+  const FwdMapSpecs m = fwd_map_specs(p, fwd_shape(128));
+  const int64_t q_dims[4] = {128, 1001, 4, 1}, q_strides[4] = {1, 512, 128, 8};
+  const int64_t k_dims[4] = {128, 777, 2, 1}, k_strides[4] = {1, 320, 128, 8};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(m.q.dims[i], q_dims[i]) << i;
+    EXPECT_EQ(m.q.strides[i], q_strides[i]) << i;
+    EXPECT_EQ(m.k.dims[i], k_dims[i]) << i;
+    EXPECT_EQ(m.k.strides[i], k_strides[i]) << i;
+    EXPECT_EQ(m.v.dims[i], k_dims[i]) << i;
+  }
+  EXPECT_EQ(m.q.box[1], 128);
+  EXPECT_EQ(m.k.box[1], 128);
+  for (const TileMapSpec* s : {&m.q, &m.k, &m.v}) {
+    const flashattn::Status st = check_tile_map(DType::bf16, *s, "t");
+    EXPECT_TRUE(st.ok()) << st.message;
+  }
+  EXPECT_TRUE(fwd_has_keys(p));
+  p.total_k = 0;
+  EXPECT_FALSE(fwd_has_keys(p)) << "no packed key rows: no K/V map";
+  EXPECT_EQ(kMaxPackedRows, 2147483647);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // The sm90 family (Hopper, sm_90a: TMA, mbarrier, wgmma): its instance registry and the forward's
 // plan and run. It has no backward yet: its backward plan refuses, so "auto" picks sm80's.
 //
-// The forward plan accepts f16/bf16 on a compute capability 9.0 GPU with padded (not varlen)
-// batches whose Q, K, V views TMA can tile (16-byte aligned, strides multiples of 8 elements) and
+// The forward plan accepts f16/bf16 on a compute capability 9.0 GPU with padded or varlen
+// batches (varlen: packed tensors of fewer than 2^31 rows) whose Q, K, V views TMA can tile (16-byte aligned, strides multiples of 8 elements) and
 // whose head dims fit a compiled instance (64, 128, 256; smaller ones round up). Causal, sliding
 // windows, soft cap and GQA/MQA run on it. Everything else is not_supported with the reason.
 #include <climits>
@@ -62,6 +62,11 @@ Status check_sizes(const FwdParams& p, int head_dim) {
                                " are not supported");
   }
   const int64_t m_blocks = (p.seqlen_q + fwd_shape(head_dim).block_m - 1) / fwd_shape(head_dim).block_m;
+  if (p.is_varlen() && (p.total_q > kMaxPackedRows || p.total_k > kMaxPackedRows)) {
+    return Status::unsupported(std::string(kWho) + ": varlen tensors of " + std::to_string(p.total_q) + " query and " +
+                               std::to_string(p.total_k) + " key rows: TMA's row coordinate is 32-bit (at most " +
+                               std::to_string(kMaxPackedRows) + " packed rows)");
+  }
   if (p.heads_q > INT_MAX || p.batch > INT_MAX || m_blocks * p.heads_q * p.batch > INT_MAX) {
     return Status::unsupported(std::string(kWho) + ": batch = " + std::to_string(p.batch) + ", heads_q = " +
                                std::to_string(p.heads_q) + ", seqlen_q = " + std::to_string(p.seqlen_q) +
@@ -73,13 +78,15 @@ Status check_sizes(const FwdParams& p, int head_dim) {
 // The views as TMA sees them (check_tile_map), and out for the epilogue's 4-byte stores.
 Status check_layout(const FwdParams& p, int head_dim) {
   const FwdMapSpecs specs = fwd_map_specs(p, fwd_shape(head_dim));
+  const int64_t rows_q = fwd_map_rows_q(p);
+  if (rows_q == 0) return Status::success();  // nothing is loaded or written
   FLASHATTN_TRY(check_tile_map(p.dtype, specs.q, "cuda sm90 forward: q"));
-  if (p.seqlen_k > 0) {
+  if (fwd_has_keys(p)) {
     FLASHATTN_TRY(check_tile_map(p.dtype, specs.k, "cuda sm90 forward: k"));
     FLASHATTN_TRY(check_tile_map(p.dtype, specs.v, "cuda sm90 forward: v"));
   }
-  return check_16byte_layout(kWho, "out", p.out, {{"batch", p.batch, p.o_batch_stride},
-                                                  {"row", p.seqlen_q, p.o_row_stride},
+  return check_16byte_layout(kWho, "out", p.out, {{"batch", fwd_map_batch(p), p.o_batch_stride},
+                                                  {"row", rows_q, p.o_row_stride},
                                                   {"head", p.heads_q, p.o_head_stride}});
 }
 
@@ -87,10 +94,6 @@ Status plan_forward(const FwdParams& p, Plan* plan) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
     return Status::unsupported(std::string(kWho) + ": dtype " + to_string(p.dtype) +
                                " is not supported: the tensor-core kernels take f16 or bf16");
-  }
-  if (p.is_varlen()) {
-    return Status::unsupported(std::string(kWho) + ": varlen batches are not supported yet (step 1 of issue 13); "
-                               "path = \"auto\" runs them on sm80");
   }
   const int64_t need = p.hdim_qk > p.hdim_v ? p.hdim_qk : p.hdim_v;
   const Instance* inst = find_instance(need);

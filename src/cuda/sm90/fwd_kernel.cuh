@@ -19,8 +19,20 @@
 // sm80/softmax.cuh, namespace flashattn::cuda) apply unchanged, on the accumulator viewed as
 // [1][N / 8][4].
 //
-// Keys past seqlen_k are never read from memory: the tensor maps end at seqlen_k (TMA fills zeros),
-// and the mask sets their scores to −inf.
+// Padded batches: keys past seqlen_k are never read from memory: the tensor maps end at seqlen_k
+// (TMA fills zeros), and the mask sets their scores to −inf.
+//
+// Varlen batches (cu_seqlens): the maps are over the packed tensors (rank 4 with one "batch"), and
+// sequence b's rows start at cu_seqlens[b] (common/seqlen.cuh, the sm80 kernels' rules). A box of
+// rows may then run past the sequence: into the next one, into packed rows of no sequence, or past
+// the tensor's end (zero-filled). What keeps those rows out of the output:
+//   - Q rows ≥ seqlen_q(b): each output row depends on its own Q row only; they are never stored
+//     (O and LSE), and blocks with m0 ≥ seqlen_q(b) exit at once (the grid covers max_seqlen_q);
+//   - K rows ≥ seqlen_k(b): the mask overwrites their scores with −inf whatever they hold (NaN too),
+//     so P is exactly 0 there;
+//   - V rows ≥ seqlen_k(b): P = 0 does not help (0 · NaN = NaN in P·V), so the rows of the sequence's
+//     last key block past seqlen_k(b) are zeroed in shared memory before the first P·V (generic
+//     stores, fence.proxy.async, barrier: the only such block is the first one loaded).
 #pragma once
 
 #include <cuda.h>
@@ -29,6 +41,7 @@
 
 #include "cuda/common/mask.cuh"
 #include "cuda/common/scores.cuh"
+#include "cuda/common/seqlen.cuh"
 #include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/ptx/math.cuh"
@@ -43,12 +56,14 @@ namespace flashattn::cuda::sm90 {
 
 // What the kernel reads besides the tensor maps (Q, K, V: fwd_launch.cuh builds them).
 struct FwdKernelParams {
+  const int32_t* cu_seqlens_q;  // varlen (device arrays, [batch + 1]), else null
+  const int32_t* cu_seqlens_k;
   void* out;
   float* lse;  // null: not requested
   int64_t o_batch_stride, o_row_stride, o_head_stride;  // elements
   int64_t lse_batch_stride, lse_head_stride;
   int batch, heads_q, group_size;  // group_size = heads_q / heads_kv
-  int seqlen_q, seqlen_k;
+  int seqlen_q, seqlen_k;          // padded: the lengths; varlen: the maxima (0 when K has no rows)
   int hdim_v;                      // columns of O written (≤ D)
   int num_m_blocks;                // ceil(seqlen_q / block_m); the grid is num_m_blocks·heads_q·batch
   int window_left, window_right;   // clamped (mask.cuh); < 0 unbounded; masked instances only
@@ -77,11 +92,6 @@ struct FwdTraits {
 template <int R>
 __device__ __forceinline__ float (&as_c_tiles(float (&d)[R]))[1][R / 4][4] {
   return *reinterpret_cast<float(*)[1][R / 4][4]>(&d);
-}
-
-// Element offset of (b, row, h) in a [batch, rows, heads, d] view.
-__device__ __forceinline__ int64_t row_offset(int b, int row, int h, int64_t bs, int64_t rs, int64_t hs) {
-  return int64_t(b) * bs + int64_t(row) * rs + int64_t(h) * hs;
 }
 
 template <class Traits>
@@ -115,14 +125,25 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int batch = bid / p.num_m_blocks / p.heads_q;
   const int head_kv = head / p.group_size;
   const int m0 = m_block * kBlockM;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const SeqLens seq = seq_lens(batch, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlen_q, p.seqlen_k);
+  if (m0 >= seq.seqlen_q) return;  // varlen: past this sequence's end (an empty one: every block)
+  // TMA coordinates: varlen rows are packed rows (32-bit: the plan refuses 2^31 rows or more) of the
+  // one "batch" 0.
+  const int tma_batch = varlen ? 0 : batch;
+  const int q_row0 = static_cast<int>(seq.q_offset) + m0, k_row0 = static_cast<int>(seq.k_offset);
   Mask mask;
-  mask.seqlen_q = p.seqlen_q;
-  mask.seqlen_k = p.seqlen_k;
+  mask.seqlen_q = seq.seqlen_q;
+  mask.seqlen_k = seq.seqlen_k;
   mask.left = Traits::kMasked ? p.window_left : -1;
   mask.right = Traits::kMasked ? p.window_right : -1;
   const int n_begin = mask.n_block_begin(m0, kBlockN);
   const int n_end = mask.n_block_end(m0, kBlockM, kBlockN);
   const int n_blocks = n_end > n_begin ? n_end - n_begin : 0;
+  // Varlen: rows of the first block loaded (the last key block) inside the sequence; V's rows past
+  // them are zeroed before use (see the top of this file).
+  const int v_tail_rows = seq.seqlen_k - (n_end - 1) * kBlockN;
+  const bool zero_v_tail = varlen && n_blocks > 0 && v_tail_rows < kBlockN;
 
   // Block i of the loop is key block n_end − 1 − i, in stage i % 2.
   auto load_kv = [&](int i) {
@@ -131,13 +152,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       ptx::tma_load(s_k + stage * Traits::kKVBytes + c * Traits::kKVChunkBytes, &tm_k, bar_k(stage), c * kSwizzleCols,
-                    n0, head_kv, batch);
+                    k_row0 + n0, head_kv, tma_batch);
     }
     ptx::mbarrier_arrive_expect_tx(bar_v(stage), Traits::kKVBytes);
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       ptx::tma_load(s_v + stage * Traits::kKVBytes + c * Traits::kKVChunkBytes, &tm_v, bar_v(stage), c * kSwizzleCols,
-                    n0, head_kv, batch);
+                    k_row0 + n0, head_kv, tma_batch);
     }
   };
 
@@ -154,7 +175,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::mbarrier_arrive_expect_tx(bar_q, Traits::kQBytes);
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
-      ptx::tma_load(s_q + c * Traits::kQChunkBytes, &tm_q, bar_q, c * kSwizzleCols, m0, head, batch);
+      ptx::tma_load(s_q + c * Traits::kQChunkBytes, &tm_q, bar_q, c * kSwizzleCols, q_row0, head, tma_batch);
     }
     for (int i = 0; i < kFwdStages && i < n_blocks; ++i) load_kv(i);
   }
@@ -208,6 +229,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 
     // O += P·V_n; V is the MN-major B operand: k-step kk is 16 key rows further into every chunk.
     ptx::mbarrier_wait(bar_v(stage), parity);
+    if (zero_v_tail && i == 0) {
+      // Rows v_tail_rows .. kBlockN − 1 of every 64-column chunk of V (stage 0): whole 128-byte rows,
+      // so the swizzle (a permutation of 16-byte units within a row) does not matter.
+      constexpr int kUnitsPerRow = kSwizzleRowBytes / 16;
+      unsigned char* v_tile = smem_raw + (s_v - ptx::smem_addr(smem_raw));
+      const int units = (kBlockN - v_tail_rows) * kUnitsPerRow;
+      for (int u = tid; u < kChunks * units; u += Traits::kThreads) {
+        const int c = u / units, r = v_tail_rows + (u % units) / kUnitsPerRow, w = u % kUnitsPerRow;
+        *reinterpret_cast<uint4*>(v_tile + c * Traits::kKVChunkBytes + r * kSwizzleRowBytes + 16 * w) =
+            make_uint4(0, 0, 0, 0);
+      }
+      ptx::fence_proxy_async_shared_cta();  // the generic stores before wgmma's (async proxy) reads
+      __syncthreads();
+    }
     const uint64_t desc_v = ptx::wgmma_desc_mn_major(s_v + stage * Traits::kKVBytes, kSw, Traits::kKVChunkBytes);
     ptx::wgmma_fence_operand(o);
     ptx::wgmma_fence();
@@ -232,9 +267,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int row = m0 + row0 + 8 * half + g;
-    if (row >= p.seqlen_q) continue;
-    uint16_t* out_row = static_cast<uint16_t*>(p.out) +
-                        row_offset(batch, row, head, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+    if (row >= seq.seqlen_q) continue;
+    uint16_t* out_row = static_cast<uint16_t*>(p.out) + gmem_offset(batch, seq.q_offset + row, head, p.o_batch_stride,
+                                                                    p.o_row_stride, p.o_head_stride);
 #pragma unroll
     for (int j = 0; j < kD / 8; ++j) {
       const int col = 8 * j + 2 * t;
@@ -246,7 +281,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       }
     }
     if (p.lse != nullptr && t == 0) {
-      p.lse[int64_t(batch) * p.lse_batch_stride + int64_t(head) * p.lse_head_stride + row] = lse[0][half];
+      p.lse[int64_t(batch) * p.lse_batch_stride + int64_t(head) * p.lse_head_stride + seq.q_offset + row] =
+          lse[0][half];
     }
   }
 #else

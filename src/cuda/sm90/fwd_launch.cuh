@@ -23,6 +23,8 @@ inline constexpr const char* kFwdWho = "cuda sm90 forward";
 template <class Traits>
 FwdKernelParams fwd_kernel_params(const FwdParams& p) {
   FwdKernelParams k{};
+  k.cu_seqlens_q = p.cu_seqlens_q;
+  k.cu_seqlens_k = p.cu_seqlens_k;
   k.out = p.out;
   k.lse = p.lse;
   k.o_batch_stride = p.o_batch_stride;
@@ -34,7 +36,7 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p) {
   k.heads_q = static_cast<int>(p.heads_q);
   k.group_size = static_cast<int>(p.group_size());
   k.seqlen_q = static_cast<int>(p.seqlen_q);
-  k.seqlen_k = static_cast<int>(p.seqlen_k);
+  k.seqlen_k = fwd_has_keys(p) ? static_cast<int>(p.seqlen_k) : 0;  // no K rows: no key is ever loaded
   k.hdim_v = static_cast<int>(p.hdim_v);
   k.num_m_blocks = ceil_div(k.seqlen_q, Traits::kBlockM);
   k.window_left = clamp_window(p.options.window_left);
@@ -47,13 +49,13 @@ template <class Traits>
 Status fwd_launch(const FwdParams& p) {
   const FwdKernelParams kp = fwd_kernel_params<Traits>(p);
   const int64_t blocks = int64_t{kp.num_m_blocks} * kp.heads_q * kp.batch;
-  if (blocks == 0) return Status::success();  // no query rows: nothing to write
+  if (blocks == 0 || fwd_map_rows_q(p) == 0) return Status::success();  // no query rows: nothing to write
 
   // Encoded per call (a few microseconds of host time each); K and V only when there are keys.
   const FwdMapSpecs specs = fwd_map_specs(p, Traits::kShape);
   CUtensorMap tm_q{}, tm_k{}, tm_v{};
   FLASHATTN_TRY(make_tile_map(&tm_q, p.dtype, specs.q, kFwdWho));
-  if (p.seqlen_k > 0) {
+  if (fwd_has_keys(p)) {
     FLASHATTN_TRY(make_tile_map(&tm_k, p.dtype, specs.k, kFwdWho));
     FLASHATTN_TRY(make_tile_map(&tm_v, p.dtype, specs.v, kFwdWho));
   }

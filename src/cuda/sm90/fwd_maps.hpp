@@ -1,6 +1,6 @@
 // The tensor-map specs of the sm90 forward (plain C++, shared by the plan and the launch): Q, K and V
 // as rank-4 views {d, rows, heads, batch} (innermost first), box {64 columns, a block of rows, 1, 1}
-// in the 128B swizzle. The plan checks them (check_tile_map: alignment and strides TMA accepts,
+// in the 128B swizzle; varlen batches as the packed tensors {d, total rows, heads, 1}. The plan checks them (check_tile_map: alignment and strides TMA accepts,
 // else not_supported so that "auto" keeps sm80); the launch encodes them.
 #pragma once
 
@@ -38,14 +38,28 @@ inline TileMapSpec fwd_map_spec(const void* data, int64_t d, int64_t rows, int64
   return s;
 }
 
-// Padded batches only (the plan refuses varlen).
+// Rows of the tensors as TMA sees them: padded batches, the sequence lengths (a box past them is
+// zero-filled); varlen, the packed rows (total_q / total_k, one "batch": batch strides are 0).
+inline int64_t fwd_map_rows_q(const FwdParams& p) { return p.is_varlen() ? p.total_q : p.seqlen_q; }
+inline int64_t fwd_map_rows_k(const FwdParams& p) { return p.is_varlen() ? p.total_k : p.seqlen_k; }
+inline int64_t fwd_map_batch(const FwdParams& p) { return p.is_varlen() ? 1 : p.batch; }
+
+// Whether K and V are ever loaded (else their maps are neither checked nor encoded, and the kernel
+// sees seqlen_k = 0).
+inline bool fwd_has_keys(const FwdParams& p) { return p.seqlen_k > 0 && fwd_map_rows_k(p) > 0; }
+
+// Varlen: the kernel's TMA row coordinate (cu_seqlens[b] + a block's first row) is a signed 32-bit
+// integer; the plan refuses packed tensors with more rows than this.
+inline constexpr int64_t kMaxPackedRows = (int64_t{1} << 31) - 1;
+
 inline FwdMapSpecs fwd_map_specs(const FwdParams& p, const FwdShape& shape) {
-  return {fwd_map_spec(p.q, p.hdim_qk, p.seqlen_q, p.heads_q, p.batch, p.q_row_stride, p.q_head_stride,
-                       p.q_batch_stride, shape.block_m),
-          fwd_map_spec(p.k, p.hdim_qk, p.seqlen_k, p.heads_kv, p.batch, p.k_row_stride, p.k_head_stride,
-                       p.k_batch_stride, shape.block_n),
-          fwd_map_spec(p.v, p.hdim_v, p.seqlen_k, p.heads_kv, p.batch, p.v_row_stride, p.v_head_stride,
-                       p.v_batch_stride, shape.block_n)};
+  const int64_t rows_q = fwd_map_rows_q(p), rows_k = fwd_map_rows_k(p), batch = fwd_map_batch(p);
+  return {fwd_map_spec(p.q, p.hdim_qk, rows_q, p.heads_q, batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride,
+                       shape.block_m),
+          fwd_map_spec(p.k, p.hdim_qk, rows_k, p.heads_kv, batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride,
+                       shape.block_n),
+          fwd_map_spec(p.v, p.hdim_v, rows_k, p.heads_kv, batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride,
+                       shape.block_n)};
 }
 
 }  // namespace flashattn::cuda::sm90

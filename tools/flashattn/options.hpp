@@ -47,13 +47,13 @@ bool parse_run_options(const std::vector<std::string>& args, RunOptions* options
 // The text of `flashattn run --help`.
 std::string run_usage();
 
-// A score-level option (a field of AttentionOptions that transforms S, like the soft cap) as the
-// report shows it: its name in the library (the JSON key, and the word the library's messages use
-// for it), the flag that sets it, and its value (0: off). The report and the error messages list
-// them from the option table, so a new one is a row there and nothing else in the CLI.
+// A score-level option (a field of AttentionOptions that transforms the scores S) as the report
+// shows it: its name in the library (the JSON key, and the word the library's messages use for it),
+// the flag that sets it, and its value (0: off). The report and the error messages list them from
+// the option table, so a new one is a row there and nothing else in the CLI.
 struct ScoreOptionValue {
-  const char* name;  // "softcap"
-  const char* flag;  // "--softcap"
+  const char* name;  // the AttentionOptions field
+  const char* flag;  // the option that sets it
   double value;
 };
 std::vector<ScoreOptionValue> score_option_values(const flashattn::AttentionOptions& options);

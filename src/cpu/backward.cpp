@@ -1,6 +1,6 @@
 // CPU backward: FlashAttention's backward by recomputation. P is never stored: each tile recomputes
-// S = Q·Kᵀ (capped, masked) and P = exp(S − LSE) from the forward's LSE, then
-//   dV += Pᵀ·dO,   dP = dO·Vᵀ,   dS = P∘(dP − D)  (∘ (1 − tanh²) under softcap),   D = rowsum(dO∘O),
+// S = Q·Kᵀ (score.hpp: transformed, masked) and P = exp(S − LSE) from the forward's LSE, then
+//   dV += Pᵀ·dO,   dP = dO·Vᵀ,   dS = P∘(dP − D) ∘ the score transform's slope,   D = rowsum(dO∘O),
 //   dQ += dS·K·scale,   dK += dSᵀ·Q·scale.
 // Race-free without atomics, hence deterministic: pass 1 gives each (batch, kv head, key block) to
 // one thread, which owns those rows of dK, dV and sums over every query head of its GQA group and
@@ -99,7 +99,7 @@ void load_key_tile(const BwdParams& p, const BackwardTiles& t, const HeadView& h
 }
 
 // Recomputation: P = exp(S − LSE) and dS·scale for the loaded query and key tiles, where
-// dS = P∘(dP − D), dP = dO·Vᵀ, times 1 − tanh² = 1 − (S/softcap)² under softcap (d cap·tanh(x/cap)/dx).
+// dS = P∘(dP − D), dP = dO·Vᵀ, times the score transform's slope at S (score.hpp's ScoreChain).
 // Masked entries get P = dS = 0 explicitly; a fully masked row has LSE = +inf, so its P is 0 too.
 void recompute_p_and_ds(const BwdParams& p, const BackwardTiles& t, const HeadView& hv, const TileCoords& c) {
   const int64_t d = p.hdim_qk, dv = p.hdim_v;

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "cpu/convert.hpp"
+#include "cpu/score.hpp"
 
 namespace flashattn::reference {
 namespace {
@@ -69,7 +70,7 @@ struct Problem {
   static constexpr bool kSame = std::is_same_v<T, float>;
   Layout L;
   std::vector<T> q, k, v, dout;
-  T scale = 1, softcap = 0;
+  cpu::ScoreRule<T> scores;  // the score-level options (cpu/score.hpp)
   MaskParams mask;
   DType dtype = DType::f32;
 
@@ -77,8 +78,7 @@ struct Problem {
     q = gather<T>(p, L, q_desc(p));
     k = gather<T>(p, L, k_desc(p));
     v = gather<T>(p, L, v_desc(p));
-    scale = softmax_scale(p.options);
-    softcap = p.options.softcap;
+    scores = cpu::score_rule<T>(p.options);
     mask = mask_of(p.options);
     dtype = p.dtype;
   }
@@ -94,22 +94,15 @@ struct Problem {
   const T* do_row(int64_t row, int64_t h) const { return &dout[static_cast<size_t>((row * L.heads_q + h) * L.hdim_v)]; }
   int64_t kv_head(int64_t h) const { return h / (L.heads_q / L.heads_kv); }
 
-  // S of (query, key) rows; *dsoftcap = dS/dS_before_softcap (1 without softcap).
-  T score(const T* qr, const T* kr, T* dsoftcap) const {
+  // S of (query, key) rows; *slope = dS/d(q·k·scale) (ScoreRule).
+  T score(const T* qr, const T* kr, T* slope) const {
     T acc[4] = {0, 0, 0, 0};  // four partial sums, as a blocked dot product would
     int64_t d = 0;
     for (; d + 4 <= L.hdim_qk; d += 4) {
       for (int u = 0; u < 4; ++u) acc[u] += qr[d + u] * kr[d + u];
     }
     for (; d < L.hdim_qk; ++d) acc[0] += qr[d] * kr[d];
-    T s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) * scale;
-    *dsoftcap = 1;
-    if (softcap > 0) {
-      T t = std::tanh(s / softcap);
-      *dsoftcap = 1 - t * t;
-      s = softcap * t;
-    }
-    return s;
+    return scores((acc[0] + acc[1]) + (acc[2] + acc[3]), slope);
   }
 };
 
@@ -178,7 +171,7 @@ void forward_row(const Problem<T>& P, const Sequence& seq, int64_t i, int64_t h,
   std::fill(terms, terms + dv, T(0));
   for (int64_t j = lo; j <= hi; ++j) {
     const T* kr = P.k_row(seq.k_begin + j, hk);
-    const T size = std::abs(P.scale) * abs_dot(qr, kr, P.L.hdim_qk) + std::abs(row_max) + 1;
+    const T size = std::abs(P.scores.scale) * abs_dot(qr, kr, P.L.hdim_qk) + std::abs(row_max) + 1;
     const T p = s[j - lo] / row_sum;
     const T* vr = P.v_row(seq.k_begin + j, hk);
     for (int64_t d = 0; d < dv; ++d) terms[d] += p * size * std::abs(vr[d]);
@@ -265,22 +258,22 @@ void backward_impl(const Problem<T>& P, const std::vector<int64_t>& q_rows, cons
   }
 
   // dS of (query row, head h) and key column j of `seq`, and P; false where masked. *ds_terms:
-  // P·(Σ|dO∘v| + Σ|dO∘O|)·|dsoftcap|, the size of dS's cancelling parts.
+  // P·(Σ|dO∘v| + Σ|dO∘O|)·|slope|, the size of dS's cancelling parts.
   auto grad_entry = [&](const Sequence& seq, int64_t i, int64_t h, int64_t j, T* p, T* ds, T* ds_terms) {
     int64_t lo, hi;
     key_range(seq, i, P.mask, &lo, &hi);
     if (j < lo || j > hi) return false;
     const int64_t qrow = seq.q_begin + i, krow = seq.k_begin + j, hk = P.kv_head(h);
-    T dsoftcap;
-    const T x = P.score(P.q_row(qrow, h), P.k_row(krow, hk), &dsoftcap);
+    T slope;
+    const T x = P.score(P.q_row(qrow, h), P.k_row(krow, hk), &slope);
     *p = P.rnd(std::exp(x - lse[qrow * Hq + h]));
     const T dp = dot(P.do_row(qrow, h), P.v_row(krow, hk), dv);
-    *ds = P.rnd(*p * (dp - D[qrow * Hq + h]) * dsoftcap);
+    *ds = P.rnd(*p * (dp - D[qrow * Hq + h]) * slope);
     if (ds_terms != nullptr) {  // and P's own error, from the rounding of its exponent
-      const T exponent = std::abs(P.scale) * abs_dot(P.q_row(qrow, h), P.k_row(krow, hk), L.hdim_qk) +
+      const T exponent = std::abs(P.scores.scale) * abs_dot(P.q_row(qrow, h), P.k_row(krow, hk), L.hdim_qk) +
                          std::abs(lse[qrow * Hq + h]) + 1;
       *ds_terms = *p * (abs_dot(P.do_row(qrow, h), P.v_row(krow, hk), dv) + D_terms[qrow * Hq + h] +
-                        std::abs(dp - D[qrow * Hq + h]) * exponent) * std::abs(dsoftcap);
+                        std::abs(dp - D[qrow * Hq + h]) * exponent) * std::abs(slope);
     }
     return true;
   };
@@ -308,8 +301,8 @@ void backward_impl(const Problem<T>& P, const std::vector<int64_t>& q_rows, cons
         }
       }
       double* o = &r->dq[static_cast<size_t>((row * Hq + h) * dqk)];
-      for (int64_t d = 0; d < dqk; ++d) o[d] = P.rnd(acc[d] * P.scale);
-      for (int64_t d = 0; d < dqk; ++d) dq_terms = std::max<double>(dq_terms, terms[d] * std::abs(P.scale));
+      for (int64_t d = 0; d < dqk; ++d) o[d] = P.rnd(acc[d] * P.scores.scale);
+      for (int64_t d = 0; d < dqk; ++d) dq_terms = std::max<double>(dq_terms, terms[d] * std::abs(P.scores.scale));
     }
   }
 
@@ -343,9 +336,9 @@ void backward_impl(const Problem<T>& P, const std::vector<int64_t>& q_rows, cons
       }
       double* ok = &r->dk[static_cast<size_t>((krow * Hkv + hk) * dqk)];
       double* ov = &r->dv[static_cast<size_t>((krow * Hkv + hk) * dv)];
-      for (int64_t d = 0; d < dqk; ++d) ok[d] = P.rnd(acc_k[d] * P.scale);
+      for (int64_t d = 0; d < dqk; ++d) ok[d] = P.rnd(acc_k[d] * P.scores.scale);
       for (int64_t d = 0; d < dv; ++d) ov[d] = P.rnd(acc_v[d]);
-      for (int64_t d = 0; d < dqk; ++d) dk_terms = std::max<double>(dk_terms, terms_k[d] * std::abs(P.scale));
+      for (int64_t d = 0; d < dqk; ++d) dk_terms = std::max<double>(dk_terms, terms_k[d] * std::abs(P.scores.scale));
       for (int64_t d = 0; d < dv; ++d) dv_terms = std::max<double>(dv_terms, terms_v[d]);
     }
   }

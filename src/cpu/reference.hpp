@@ -3,8 +3,9 @@
 // the error rule). Host memory only; tests and the CLI use it, the library never does.
 //
 // It reads the validated FwdParams / BwdParams (any dtype, any strides, padded or varlen batches,
-// GQA/MQA, masks, softcap, hdim_v ≠ hdim_qk) with HOST pointers, and ignores the outputs they point
-// to (out, lse, dq, dk, dv): the reference computes everything itself, the backward included.
+// GQA/MQA, masks, the score options of cpu/score.hpp, hdim_v ≠ hdim_qk) with HOST pointers, and
+// ignores the outputs they point to (out, lse, dq, dk, dv): the reference computes everything
+// itself, the backward included.
 //
 // Results are contiguous doubles in PACKED row order: query row i of batch b is packed row
 // b·seqlen_q + i (padded) or cu_seqlens_q[b] + i (varlen); key rows alike with seqlen_k / cu_seqlens_k.

@@ -48,7 +48,7 @@ inline float exp_poly(float x) {
   return y;
 }
 
-// tanh(x) for float, within 3 ulp, vectorizable like exp_poly (softcap's tanh runs on every score).
+// tanh(x) for float, within 3 ulp, vectorizable like exp_poly (score.hpp's cap runs it on every score).
 // Cephes' scheme: an odd polynomial below |x| = 0.625, where 1 − 2/(e^{2|x|} + 1) would cancel,
 // and that formula above it (→ ±1 as e^{2|x|} overflows). Both are computed and one selected.
 inline float tanh_poly(float x) {

@@ -1,7 +1,10 @@
-// The score tile both directions start from: S = Q·Kᵀ·scale, soft-capped, masked with −inf.
+// The score tile both directions start from: S = Q·Kᵀ·scale, soft-capped, masked with −inf. The
+// score-level options (scale, soft cap) are read here and nowhere else on the CPU: by the backend's
+// tiles (score_tile, score_chain) and by the reference's scalar rule (ScoreRule).
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "cpu/mask.hpp"
@@ -19,8 +22,7 @@ struct TileCoords {
 
 // s[r][c] (leading dimension kBlockN) = score of query row0 + r against key key0 + c:
 //   (q_r · k_c) · scale, then softcap · tanh(· / softcap) when softcap > 0, then −inf where masked.
-// q is the query tile [rows][d]; kt the transposed key tile [d][kBlockN]. The score-level options
-// (scale, softcap) are read here and nowhere else in the CPU backend.
+// q is the query tile [rows][d]; kt the transposed key tile [d][kBlockN].
 inline void score_tile(float* s, const float* q, const float* kt, int64_t d, const TileCoords& t,
                        const AttentionOptions& options, const VisibleKeys& mask) {
   const float scale = softmax_scale(options), softcap = options.softcap;
@@ -50,6 +52,31 @@ struct ScoreChain {
 };
 inline ScoreChain score_chain(const AttentionOptions& options) {
   return {softmax_scale(options), options.softcap > 0.f ? 1.f / options.softcap : 0.f};
+}
+
+// The same rule on one dot product x = q·k, as the reference states it, in its precision T (double
+// for the oracle, float for the same-precision yardstick) with the standard library's tanh:
+// S = x·scale, then cap·tanh(S / cap) when cap > 0; *slope = dS/d(x·scale), 1 − tanh² under the
+// cap, else 1 (the chain-rule factor of the backward's dS, beside the scale).
+template <class T>
+struct ScoreRule {
+  T scale = 1;
+  T cap = 0;  // 0: off
+
+  T operator()(T x, T* slope) const {
+    T s = x * scale;
+    *slope = 1;
+    if (cap > 0) {
+      const T t = std::tanh(s / cap);
+      *slope = 1 - t * t;
+      s = cap * t;
+    }
+    return s;
+  }
+};
+template <class T>
+ScoreRule<T> score_rule(const AttentionOptions& options) {
+  return {static_cast<T>(softmax_scale(options)), static_cast<T>(options.softcap)};
 }
 
 }  // namespace flashattn::cpu

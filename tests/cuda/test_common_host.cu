@@ -238,4 +238,16 @@ TEST(CudaScores, TransformModes) {
   EXPECT_FLOAT_EQ(cap.out_mult, 30.f * flashattn::cuda::kLog2e);
 }
 
+// The backward's compile-time choice: only the soft cap's slope varies with the score, and its
+// ScoreSlope maps the log2-domain score back to tanh.
+TEST(CudaScores, SlopeVariesOnlyUnderTheCap) {
+  using flashattn::cuda::make_score_transform;
+  EXPECT_FALSE(flashattn::cuda::score_slope_varies(make_score_transform(0.125f, 0.f)));
+  EXPECT_FALSE(flashattn::cuda::score_slope_varies(make_score_transform(-0.5f, 0.f)));
+  const auto cap = make_score_transform(0.125f, 30.f);
+  EXPECT_TRUE(flashattn::cuda::score_slope_varies(cap));
+  EXPECT_FLOAT_EQ(flashattn::cuda::make_score_slope(cap).inv_cap_log2, 1.f / (30.f * flashattn::cuda::kLog2e));
+  EXPECT_EQ(flashattn::cuda::make_score_slope(make_score_transform(0.125f, 0.f)).inv_cap_log2, 0.f);
+}
+
 }  // namespace

@@ -19,6 +19,9 @@ struct OptionRow {
   const char* metavar;  // nullptr: a flag that takes no value
   std::string help;
   Setter set;
+  // A score-level option (score_option_values): the library's name for its field, and its value.
+  const char* score_name = nullptr;
+  double (*score_value)(const flashattn::AttentionOptions&) = nullptr;
 };
 
 bool parse_int(const std::string& s, int64_t* out, std::string* why) {
@@ -166,7 +169,8 @@ const std::vector<OptionRow>& table() {
          return true;
        }},
       {"--window", "L,R", "local attention: keys i+diag-L .. i+diag+R (-1: unbounded side)", set_window},
-      {"--softcap", "X", "soft cap: S = X*tanh(S/X) (0: off)", set_softcap},
+      {"--softcap", "X", "soft cap: S = X*tanh(S/X) (0: off)", set_softcap, "softcap",
+       [](const flashattn::AttentionOptions& o) { return static_cast<double>(o.softcap); }},
       {"--scale", "X", "softmax scale (default: 1/sqrt(headdim))", set_scale},
       {"--varlen", nullptr,
        "variable lengths: each sequence 1..seqlen tokens (random), packed with cu_seqlens",
@@ -233,6 +237,14 @@ bool parse_run_options(const std::vector<std::string>& args, RunOptions* options
     }
   }
   return true;
+}
+
+std::vector<ScoreOptionValue> score_option_values(const flashattn::AttentionOptions& options) {
+  std::vector<ScoreOptionValue> values;
+  for (const auto& r : table()) {
+    if (r.score_value != nullptr) values.push_back({r.score_name, r.name, r.score_value(options)});
+  }
+  return values;
 }
 
 std::string run_usage() {

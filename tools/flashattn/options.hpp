@@ -21,8 +21,9 @@ struct RunOptions {
   std::optional<int64_t> headdim, headdim_v;
   std::optional<flashattn::DType> dtype;
 
-  // The score and mask options, filled whole by their flags (--causal, --window, --softcap, --scale)
-  // and passed to the library as they are: a new option is a field there and a row in the table.
+  // The score and mask options, filled whole by their flags (the rows of options.cpp's table that
+  // set it) and passed to the library as they are: a new option is a field there and a row in the
+  // table.
   flashattn::AttentionOptions attention;
   bool varlen = false;
   bool backward = false;
@@ -45,5 +46,16 @@ bool parse_run_options(const std::vector<std::string>& args, RunOptions* options
 
 // The text of `flashattn run --help`.
 std::string run_usage();
+
+// A score-level option (a field of AttentionOptions that transforms the scores S) as the report
+// shows it: its name in the library (the JSON key, and the word the library's messages use for it),
+// the flag that sets it, and its value (0: off). The report and the error messages list them from
+// the option table, so a new one is a row there and nothing else in the CLI.
+struct ScoreOptionValue {
+  const char* name;  // the AttentionOptions field
+  const char* flag;  // the option that sets it
+  double value;
+};
+std::vector<ScoreOptionValue> score_option_values(const flashattn::AttentionOptions& options);
 
 }  // namespace fa_cli

@@ -35,7 +35,9 @@ std::string mask_str(const RunConfig& c) {
   if (o.window_left >= 0 || o.window_right >= 0) {
     m += ", window (" + std::to_string(o.window_left) + ", " + std::to_string(o.window_right) + ")";
   }
-  if (o.softcap > 0) m += fmt(", softcap %g", o.softcap);
+  for (const ScoreOptionValue& s : score_option_values(o)) {
+    if (s.value != 0) m += ", " + std::string(s.name) + fmt(" %g", s.value);
+  }
   return m;
 }
 
@@ -142,9 +144,9 @@ std::string to_json(const RunReport& r) {
       .field("hdim_v", l.hdim_v)
       .field("causal", c.options.causal)
       .field("window_left", c.options.window_left)
-      .field("window_right", c.options.window_right)
-      .field("softcap", static_cast<double>(c.options.softcap))
-      .field("softmax_scale", static_cast<double>(r.softmax_scale))
+      .field("window_right", c.options.window_right);
+  for (const ScoreOptionValue& s : score_option_values(c.options)) j.field(s.name, s.value);
+  j.field("softmax_scale", static_cast<double>(r.softmax_scale))
       .field("varlen", l.varlen)
       .field("total_q", l.total_q)
       .field("total_k", l.total_k)

@@ -33,14 +33,13 @@ std::string option_context(const std::string& message, const RunConfig& c) {
   const flashattn::AttentionOptions& o = c.options;
   const std::string window = "--window " + std::to_string(o.window_left) + "," + std::to_string(o.window_right);
   const std::string heads = "--heads " + std::to_string(c.heads_q) + " --heads-kv " + std::to_string(c.heads_kv);
-  const std::pair<const char*, std::string> needles[] = {
+  std::vector<std::pair<std::string, std::string>> needles = {
       {"hdim_qk", "--headdim " + std::to_string(c.hdim_qk)},
       {"hdim_v", "--headdim-v " + std::to_string(c.hdim_v)},
       {"head dim", "--headdim " + std::to_string(c.hdim_qk) +
                        (c.hdim_v != c.hdim_qk ? " --headdim-v " + std::to_string(c.hdim_v) : "")},
       {"heads", heads},
       {"softmax_scale", "--scale"},
-      {"softcap", "--softcap"},
       {"window", o.causal ? window + " --causal" : window},
       {"causal", "--causal"},
       {"dtype", std::string("--dtype ") + flashattn::to_string(c.dtype)},
@@ -50,6 +49,7 @@ std::string option_context(const std::string& message, const RunConfig& c) {
       {"device", std::string("--backend ") + flashattn::to_string(c.device)},
       {"path = ", "--path " + c.path + " --backend " + flashattn::to_string(c.device)},
   };
+  for (const ScoreOptionValue& s : score_option_values(o)) needles.emplace_back(s.name, s.flag);  // the table's
   std::size_t best = std::string::npos;
   std::string option;
   for (const auto& [needle, opt] : needles) {

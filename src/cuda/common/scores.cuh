@@ -6,8 +6,9 @@
 //            scaled before the mask instead.
 //   softcap  (cap > 0): s ← cap·log2(e)·tanh(s·scale / cap), exp_mult = 1 — flash-attn's
 //            cap·tanh(S/cap) on the scaled scores, before masking.
-// The mode is a run-time argument: one uniform branch per tile. This file holds the rule (host and
-// scalar parts); its application to mma fragments is sm80/hooks.cuh.
+// The mode is a run-time argument: one uniform branch per tile. This file holds the rule: the
+// transform, its application to a register tile of scores, and its slope for the backward. It is
+// the one place the CUDA kernels read the score-level options; they see only ScoreTransform.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +65,51 @@ __device__ __forceinline__ float tanh_accurate(float x) {
   float z = 2.f * kLog2e * x;
   z = z > kTanhMaxExp2 ? kTanhMaxExp2 : z;
   return 1.f - __fdividef(2.f, ptx::exp2_approx(z) + 1.f);
+}
+
+// Applies the transform to a register tile of scores (any layout: it is elementwise).
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void transform_scores(float (&s)[kMTiles][kNTiles][4], const ScoreTransform& t) {
+  if (t.mode == ScoreMode::softcap) {
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < kNTiles; ++ni)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) s[mi][ni][c] = t.out_mult * tanh_accurate(s[mi][ni][c] * t.in_mult);
+  } else if (t.mode == ScoreMode::prescale) {
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < kNTiles; ++ni)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) s[mi][ni][c] *= t.in_mult;
+  }
+}
+
+// The backward's dS = P∘(dP − D) is the gradient of the transformed scores; back through the
+// transform it takes the transform's slope. The scale's (and prescale's) is a constant, applied to
+// dK and dQ at the end; the soft cap's, 1 − tanh², varies per score, so the backward keeps the
+// scores (not P) to compute it and recomputes P from them (all such modes have exp_mult = 1). The
+// kernels specialize on this at compile time, so that constant-slope runs pay nothing for it.
+inline bool score_slope_varies(const ScoreTransform& t) { return t.mode == ScoreMode::softcap; }
+
+// The varying slope (where score_slope_varies) at a log2-domain score x as the kernels keep it: the
+// soft cap's x = cap·log2(e)·tanh(u) gives tanh(u) = x·inv_cap_log2 and slope 1 − tanh²(u); masked
+// scores (−inf) clamp to tanh = −1, slope 0.
+struct ScoreSlope {
+  float inv_cap_log2 = 0.f;  // 1 / (cap·log2 e)
+
+  __device__ __forceinline__ float at(float x) const {
+    const float th = fmaxf(x * inv_cap_log2, -1.f);
+    return fmaf(-th, th, 1.f);
+  }
+};
+
+inline ScoreSlope make_score_slope(const ScoreTransform& t) {
+  ScoreSlope slope;
+  if (t.mode == ScoreMode::softcap) slope.inv_cap_log2 = 1.f / t.out_mult;
+  return slope;
 }
 
 }  // namespace flashattn::cuda

@@ -3,10 +3,11 @@
 // registers, and loops over the query heads of its GQA group and, for each, over the query blocks
 // that see its keys. Per query block it recomputes the probabilities and accumulates:
 //   S  = Q·Kᵀ                         (recomputed scores)
-//   P  = exp2(S·scale·log2e − LSE·log2e)   (masked entries −inf → 0; softcap: cap·tanh first)
+//   P  = exp2(S·scale·log2e − LSE·log2e)   (masked entries −inf → 0; the score transform first)
 //   dV += Pᵀ·dO
 //   dP = dO·Vᵀ
-//   dS = P ∘ (dP − D),   D = rowsum(dO ∘ O) from the preprocess   (softcap: ∘ (1 − tanh²))
+//   dS = P ∘ (dP − D),   D = rowsum(dO ∘ O) from the preprocess   (∘ the transform's slope where it
+//                                                                    varies: common/scores.cuh)
 //   dQ += dS·K   → added into the fp32 workspace with red.global.add (scaled in the postprocess)
 //   dK += dSᵀ·Q
 // and finally writes dK·scale and dV once. P and dS go through shared memory (16-bit): the
@@ -52,8 +53,10 @@ namespace flashattn::cuda::sm80 {
 
 // The work of one thread block: part `part` of `parts` (consecutive ranges of the loop steps) of
 // grid block `grid_block`. bwd_main_kernel runs whole blocks (part 0 of 1, compile-time constants,
-// so none of the split code is in it); bwd_tail_kernel the split tail's parts.
-template <class Elem, int kHeadDim, bool kBigSmem, bool kSoftcap>
+// so none of the split code is in it); bwd_tail_kernel the split tail's parts. kSlopeVaries:
+// score_slope_varies(p.scores) (common/scores.cuh): acc_s keeps the scores, and dS recomputes P and
+// takes the slope from them.
+template <class Elem, int kHeadDim, bool kBigSmem, bool kSlopeVaries>
 __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const int grid_block, const int part,
                                                const int parts) {
   using Sh = BwdShape<kHeadDim, kBigSmem>;
@@ -133,9 +136,9 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
       float acc_s[Sh::kMtS][Sh::kNtS][4] = {};
       gemm_ss<Elem, TileQ, TileK, Sh::kMtS, Sh::kNtS, kD / 16>(acc_s, ldsm_a_addr<TileQ>(s_q, w.s_row0, lane),
                                                                ldsm_b_addr<TileK>(s_k, w.s_col0, lane), 0);
-      // The score hook: scores as the forward sees them, plain (scale folded into the exp2 below),
-      // prescaled (scale ≤ 0) or soft-capped (cap·log2e·tanh); then the mask on boundary tiles. With
-      // softcap acc_s keeps these log2-domain scores, and dS recomputes P and tanh from them.
+      // The score hook: scores as the forward sees them (the transform of common/scores.cuh; a plain
+      // scale is folded into the exp2 below), then the mask on boundary tiles. Where the transform's
+      // slope varies, acc_s keeps these log2-domain scores, and dS recomputes P and the slope from them.
       score_hook<kBM, kBN>(acc_s, p.scores, mask, m0, n0, w.s_row0, w.s_col0, lane);
       const float exp_mult = p.scores.exp_mult;
       // The lane's LSE·log2e rows (and below, D) are read as one batch before the loop (load_rows).
@@ -152,8 +155,8 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
             float* x = &acc_s[mi][ni][2 * half];
             float p0 = ptx::exp2_approx(fmaf(x[0], exp_mult, neg_lse));
             float p1 = ptx::exp2_approx(fmaf(x[1], exp_mult, neg_lse));
-            probability_hook(p0, p1, m0 + r, n0 + w.s_col0 + 8 * ni + 2 * t);  // softcap: dS recomputes P
-            if constexpr (!kSoftcap) {
+            probability_hook(p0, p1, m0 + r, n0 + w.s_col0 + 8 * ni + 2 * t);  // kSlopeVaries: dS recomputes P
+            if constexpr (!kSlopeVaries) {
               x[0] = p0;
               x[1] = p1;
             }
@@ -174,20 +177,16 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
           for (int half = 0; half < 2; ++half) {
             const int r = w.s_row0 + 16 * mi + 8 * half + g;
             const float dsum = dsum_r[mi][half];
-            const float lse = kSoftcap ? lse_r[mi][half] : 0.f;
+            const float lse = kSlopeVaries ? lse_r[mi][half] : 0.f;
 #pragma unroll
             for (int ni = 0; ni < Sh::kNtS; ++ni) {
               float ds[2];
 #pragma unroll
               for (int e = 0; e < 2; ++e) {
                 const float x = acc_s[mi][ni][2 * half + e];
-                const float prob = kSoftcap ? ptx::exp2_approx(x - lse) : x;
+                const float prob = kSlopeVaries ? ptx::exp2_approx(x - lse) : x;
                 ds[e] = prob * (acc_dp[mi][ni][2 * half + e] - dsum);
-                if constexpr (kSoftcap) {
-                  // d(cap·tanh(u))/du = cap·(1 − tanh²); masked scores (−inf) give tanh = −1 → 0.
-                  const float th = fmaxf(x * p.inv_cap_log2, -1.f);
-                  ds[e] *= fmaf(-th, th, 1.f);
-                }
+                if constexpr (kSlopeVaries) ds[e] *= p.score_slope.at(x);
               }
               *reinterpret_cast<uint32_t*>(smem + Sh::kOffDs + p_offset<Sh>(r, ni, w.s_col0, t)) = ptx::pack2<Elem>(ds[0], ds[1]);
             }
@@ -236,12 +235,12 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
 }
 
 // Whole key blocks: grid block blockIdx.x (with a split tail, the grid is the first split_first).
-template <class Elem, int kHeadDim, bool kBigSmem, bool kSoftcap>
+template <class Elem, int kHeadDim, bool kBigSmem, bool kSlopeVaries>
 __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_constant__ BwdKernelParams p) {
   // The split tail's parts (bwd_tail_kernel, launched next as a programmatic dependent) may take
   // each SM as soon as this grid's block there finishes, as if they were this grid's own last wave.
   ptx::griddep_launch_dependents();
-  bwd_block_part<Elem, kHeadDim, kBigSmem, kSoftcap>(p, blockIdx.x, 0, 1);
+  bwd_block_part<Elem, kHeadDim, kBigSmem, kSlopeVaries>(p, blockIdx.x, 0, 1);
 }
 
 // The split tail (bwd_params.cuh): block j is part j mod split_parts of grid block split_first +

@@ -43,12 +43,12 @@ Status launch_bwd_tail(const BwdKernelParams& p, cudaStream_t stream, bool depen
 template <class Elem, int kHeadDim, bool kBigSmem>
 Status launch_bwd_main_tile(const BwdKernelParams& p, cudaStream_t stream) {
   constexpr int kSmem = BwdShape<kHeadDim, kBigSmem>::kSmemBytes;
-  const bool softcap = p.scores.mode == ScoreMode::softcap;
-  const auto kernel = softcap ? bwd_main_kernel<Elem, kHeadDim, kBigSmem, true>
-                              : bwd_main_kernel<Elem, kHeadDim, kBigSmem, false>;
-  static DeviceFlags opted_in[2];  // [softcap]
+  const bool slope_varies = score_slope_varies(p.scores);
+  const auto kernel = slope_varies ? bwd_main_kernel<Elem, kHeadDim, kBigSmem, true>
+                                   : bwd_main_kernel<Elem, kHeadDim, kBigSmem, false>;
+  static DeviceFlags opted_in[2];  // [slope_varies]
   if (p.split_first > 0) {         // whole blocks (all of them unless split; bwd_params.cuh)
-    Status s = opt_in_dynamic_smem("cuda sm80 backward", kernel, kSmem, opted_in[softcap]);
+    Status s = opt_in_dynamic_smem("cuda sm80 backward", kernel, kSmem, opted_in[slope_varies]);
     if (!s.ok()) return s;
     kernel<<<static_cast<unsigned>(p.split_first), kBwdThreads, kSmem, stream>>>(p);
     s = bwd_cuda_status(cudaGetLastError(), "main kernel launch");

@@ -60,9 +60,9 @@ struct BwdKernelParams {
   int hdim_qk = 0, hdim_v = 0;
   int window_left = -1, window_right = -1;  // clamp_window()ed; < 0 unbounded
 
-  float scale = 1.f;         // softmax_scale: dK and dQ are scaled by it at the end
-  ScoreTransform scores;     // S → log2-domain scores, as the forward (common/scores.cuh)
-  float inv_cap_log2 = 0.f;  // softcap: 1 / (softcap · log2 e), log2-domain score → tanh
+  float scale = 1.f;       // softmax_scale: dK and dQ are scaled by it at the end
+  ScoreTransform scores;   // S → log2-domain scores, as the forward (common/scores.cuh)
+  ScoreSlope score_slope;  // where score_slope_varies(scores): dS's factor per score
   bool deterministic = false;
 
   // Workspace (see the top of this file).

@@ -26,8 +26,8 @@ namespace {
 // ceil(tail·k / P) rounds of steps/k steps, plus each part's own prologue and fp32 dK/dV reduction,
 // counted as 2 steps. k minimizes that (at most 64, at most the block's steps). Only where every
 // block has the same steps — no mask, no varlen — and outside deterministic mode (the parts' dK/dV
-// additions race, as dQ's do); only for tiles with split_tail and not with softcap (the conditions
-// under which bwd_tail_kernel is compiled).
+// additions race, as dQ's do); only for tiles with split_tail and scores of constant slope
+// (scores.cuh's score_slope_varies; the conditions under which bwd_tail_kernel is compiled).
 struct BwdSplit {
   int first = 0, parts = 1, tail = 0;
 };
@@ -37,8 +37,8 @@ BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms) {
   BwdSplit s;
   s.first = static_cast<int>(blocks);
   const int64_t steps = (p.seqlen_q + tile.block_m - 1) / tile.block_m * p.group_size();
-  const bool softcap = make_score_transform(p.options).mode == ScoreMode::softcap;
-  if (!tile.split_tail || softcap || num_sms <= 1 || p.deterministic || p.is_varlen() || mask_of(p.options).has_mask() ||
+  const bool slope_varies = score_slope_varies(make_score_transform(p.options));
+  if (!tile.split_tail || slope_varies || num_sms <= 1 || p.deterministic || p.is_varlen() || mask_of(p.options).has_mask() ||
       steps < 2 || blocks > INT_MAX / 2) {
     return s;
   }
@@ -153,7 +153,7 @@ BwdKernelParams kernel_params(const BwdParams& p, int head_dim, const WorkspaceL
   k.window_right = clamp_window(p.options.window_right);
   k.scale = softmax_scale(p.options);
   k.scores = make_score_transform(p.options);
-  if (k.scores.mode == ScoreMode::softcap) k.inv_cap_log2 = 1.f / k.scores.out_mult;
+  k.score_slope = make_score_slope(k.scores);
   k.deterministic = p.deterministic;
   char* ws = static_cast<char*>(p.workspace);
   k.dq_accum = reinterpret_cast<float*>(ws + w.dq_accum);

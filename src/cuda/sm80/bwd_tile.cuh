@@ -30,10 +30,11 @@ struct BwdTile {
   // −0.5 % at 64, −5 % at 128 (where it also spills 8 B); the others keep .v2.
   bool wide_dq_reds = false;
   // Split tail (bwd_params.cuh): the grid's last, partial wave runs as parts of blocks, in a
-  // second kernel (bwd_tail_kernel), compiled only where this is on and not for softcap. Measured
-  // (H200, non-causal): hdim 64 +1…+3.4 %, 128 +0.5…+3.6 % (when the split code was in the main
-  // kernel), 256 +2.2…+2.7 % at 4k–16k (as its own kernel). Off at 96 and 192 (untimed; ptxas
-  // sm_90a spilled 72 B and 20 B with the split code in the main kernel).
+  // second kernel (bwd_tail_kernel), compiled only where this is on and only for scores of
+  // constant slope (scores.cuh). Measured (H200, non-causal): hdim 64 +1…+3.4 %, 128 +0.5…+3.6 %
+  // (when the split code was in the main kernel), 256 +2.2…+2.7 % at 4k–16k (as its own kernel).
+  // Off at 96 and 192 (untimed; ptxas sm_90a spilled 72 B and 20 B with the split code in the main
+  // kernel).
   bool split_tail = false;
 
   // Shared memory: K, V (block_n × d), Q and dO (stages × block_m × d), P and dS (block_m ×

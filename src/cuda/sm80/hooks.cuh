@@ -1,6 +1,7 @@
 // The hooks where attention variants change the sm80 kernels, on mma C fragments (ptx/mma.cuh):
-// the score hook (after S = Q·Kᵀ: scale, soft cap, mask; later ALiBi) and the probability hook
-// (after the softmax, or after the backward recomputes P; later dropout). Forward and backward share them.
+// the score hook (after S = Q·Kᵀ: the score transform of common/scores.cuh, then the mask) and the
+// probability hook (after the softmax, or after the backward recomputes P; later dropout). Forward
+// and backward share them.
 #pragma once
 
 #include "cuda/common/host_device.cuh"
@@ -8,26 +9,6 @@
 #include "cuda/common/scores.cuh"
 
 namespace flashattn::cuda {
-
-// Scale / soft cap of a score tile (scores.cuh has the modes).
-template <int kMTiles, int kNTiles>
-__device__ __forceinline__ void transform_scores(float (&s)[kMTiles][kNTiles][4], const ScoreTransform& t) {
-  if (t.mode == ScoreMode::softcap) {
-#pragma unroll
-    for (int mi = 0; mi < kMTiles; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < kNTiles; ++ni)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) s[mi][ni][c] = t.out_mult * tanh_accurate(s[mi][ni][c] * t.in_mult);
-  } else if (t.mode == ScoreMode::prescale) {
-#pragma unroll
-    for (int mi = 0; mi < kMTiles; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < kNTiles; ++ni)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) s[mi][ni][c] *= t.in_mult;
-  }
-}
 
 // Sets the invisible entries of an mma m16n8k16 accumulator tile to kMaskedScore.
 //   s[mi][ni][c] is the C fragment (ptx/mma.cuh) of rows row0 + 16·mi + 8·(c / 2) + g and keys

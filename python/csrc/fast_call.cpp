@@ -1,35 +1,68 @@
 // flashattn._C.attention: the eager entry point of flash_attn_func, a CPython fast-call function that
-// reads its 14 positional arguments straight into C++ and calls the flashattn::fwd operator through
-// PyTorch's dispatcher (autograd, device keys, meta: everything but __torch_function__, which the
-// Python caller rules out first: plain tensors, no mode active, not traced).
+// reads its positional arguments straight into the flashattn::fwd operator's argument stack, by the
+// operator's schema, and calls the operator through PyTorch's dispatcher (autograd, device keys,
+// meta: everything but __torch_function__, which the Python caller rules out first: plain tensors,
+// no mode active, not traced).
 //
-// Why not torch.ops.flashattn.fwd: its Python binding matches the arguments against the schema one by
-// one, ~15-20 µs of host time per call for 14 arguments; PyTorch's own functions (scaled_dot_
-// product_attention) use generated parsers that cost a few µs. A tiny problem pays all of it before
-// the kernel launch (docs/python.md, "Host overhead").
+// Why not torch.ops.flashattn.fwd: its Python binding matches the arguments against the schema
+// with general-purpose machinery, ~8-14 µs of host time per call for 14 arguments; PyTorch's own
+// functions (scaled_dot_product_attention) use generated parsers that cost a few µs. A tiny problem
+// pays all of it before the kernel launch (docs/python.md, "Host overhead"). Reading by the schema
+// keeps this file free of the operator's argument list: a new option is a schema change only.
 #include <Python.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/python_variable.h>
 
-#include <optional>
-#include <string_view>
+#include <string>
+#include <vector>
 
-#include "torch_ops_call.hpp"
+#include "torch_ops.hpp"
 
 namespace flashattn::torch_ops {
 namespace {
 
-// A plain tensor argument (torch.Tensor or Parameter): its at::Tensor, or nullptr with a TypeError set.
-const at::Tensor* tensor_arg(PyObject* o, const char* name) {
-  if (THPVariable_CheckExact(o)) return &THPVariable_Unpack(o);
-  PyErr_Format(PyExc_TypeError, "flashattn: %s must be a torch.Tensor, got %s", name, Py_TYPE(o)->tp_name);
-  return nullptr;
-}
-
-bool optional_tensor_arg(PyObject* o, const char* name, std::optional<at::Tensor>* out) {
-  if (o == Py_None) return true;
-  const at::Tensor* t = tensor_arg(o, name);
-  if (t) *out = *t;
-  return t != nullptr;
+// One Python argument as the IValue the schema's argument type asks for; false with a Python error
+// set when it is not one.
+bool push_argument(PyObject* o, const c10::Argument& arg, torch::jit::Stack* stack) {
+  const c10::TypePtr& type = arg.type();
+  if (o == Py_None && type->kind() == c10::TypeKind::OptionalType) {
+    stack->emplace_back();
+    return true;
+  }
+  const c10::TypeKind kind = type->kind() == c10::TypeKind::OptionalType
+                                 ? type->expectRef<c10::OptionalType>().getElementType()->kind()
+                                 : type->kind();
+  switch (kind) {
+    case c10::TypeKind::TensorType:
+      if (!THPVariable_CheckExact(o)) {
+        PyErr_Format(PyExc_TypeError, "flashattn: %s must be a torch.Tensor, got %s", arg.name().c_str(),
+                     Py_TYPE(o)->tp_name);
+        return false;
+      }
+      stack->emplace_back(THPVariable_Unpack(o));
+      return true;
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::SymIntType:
+      stack->emplace_back(static_cast<int64_t>(PyLong_AsLongLong(o)));
+      return !PyErr_Occurred();
+    case c10::TypeKind::FloatType:
+      stack->emplace_back(PyFloat_AsDouble(o));
+      return !PyErr_Occurred();
+    case c10::TypeKind::BoolType:
+      stack->emplace_back(PyObject_IsTrue(o) == 1);
+      return !PyErr_Occurred();
+    case c10::TypeKind::StringType: {
+      Py_ssize_t size = 0;
+      const char* s = PyUnicode_AsUTF8AndSize(o, &size);
+      if (s == nullptr) return false;
+      stack->emplace_back(std::string(s, static_cast<std::size_t>(size)));
+      return true;
+    }
+    default:
+      PyErr_Format(PyExc_TypeError, "flashattn: argument %s has a type the fast call does not read",
+                   arg.name().c_str());
+      return false;
+  }
 }
 
 // The library's errors (and PyTorch's) as the Python exceptions PyTorch would raise for them; the
@@ -51,62 +84,61 @@ struct GilReleased {
   ~GilReleased() { PyEval_RestoreThread(state); }
 };
 
-constexpr Py_ssize_t kArgs = 14;
+const c10::OperatorHandle& fwd_operator() {
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("flashattn::fwd", "");
+  return op;
+}
 
-// attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-//           window_left, window_right, softcap, deterministic, path) -> (out, lse)
+// The operator's returns, as a Python tuple of tensors.
+PyObject* returns_to_python(torch::jit::Stack& stack) {
+  PyObject* result = PyTuple_New(static_cast<Py_ssize_t>(stack.size()));
+  for (std::size_t i = 0; result != nullptr && i < stack.size(); ++i) {
+    PyObject* t = THPVariable_Wrap(std::move(stack[i]).toTensor());
+    if (t == nullptr) {
+      Py_CLEAR(result);
+      break;
+    }
+    PyTuple_SET_ITEM(result, static_cast<Py_ssize_t>(i), t);
+  }
+  return result;
+}
+
+// attention(*fwd's arguments, in schema order, all positional) -> fwd's returns
 PyObject* attention(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != kArgs) {
-    PyErr_Format(PyExc_TypeError, "flashattn: attention takes %zd positional arguments, got %zd", kArgs, nargs);
+  const c10::OperatorHandle& op = fwd_operator();
+  const std::vector<c10::Argument>& params = op.schema().arguments();
+  const auto n = static_cast<Py_ssize_t>(params.size());
+  if (nargs > n || (nargs < n && !params[nargs].default_value())) {
+    PyErr_Format(PyExc_TypeError, "flashattn: attention takes up to %zd positional arguments, got %zd", n, nargs);
     return nullptr;
   }
-  const at::Tensor *q = tensor_arg(args[0], "q"), *k = q ? tensor_arg(args[1], "k") : nullptr;
-  const at::Tensor* v = k ? tensor_arg(args[2], "v") : nullptr;
-  std::optional<at::Tensor> cu_seqlens_q, cu_seqlens_k;
-  if (!v || !optional_tensor_arg(args[3], "cu_seqlens_q", &cu_seqlens_q) ||
-      !optional_tensor_arg(args[4], "cu_seqlens_k", &cu_seqlens_k))
-    return nullptr;
-  FwdCall c;
-  c.max_seqlen_q = PyLong_AsLongLong(args[5]);
-  c.max_seqlen_k = PyLong_AsLongLong(args[6]);
-  c.softmax_scale = PyFloat_AsDouble(args[7]);
-  c.causal = PyObject_IsTrue(args[8]) == 1;
-  c.window_left = PyLong_AsLongLong(args[9]);
-  c.window_right = PyLong_AsLongLong(args[10]);
-  c.softcap = PyFloat_AsDouble(args[11]);
-  c.deterministic = PyObject_IsTrue(args[12]) == 1;
-  Py_ssize_t path_size = 0;
-  const char* path = PyUnicode_AsUTF8AndSize(args[13], &path_size);
-  if (PyErr_Occurred()) return nullptr;
-  c.path = std::string_view(path, static_cast<std::size_t>(path_size));
-
-  at::Tensor out, lse;
+  torch::jit::Stack stack;
+  stack.reserve(params.size());
+  for (Py_ssize_t i = 0; i < nargs; ++i)
+    if (!push_argument(args[i], params[i], &stack)) return nullptr;
+  for (Py_ssize_t i = nargs; i < n; ++i) {  // the schema's defaults (trailing arguments only)
+    if (!params[i].default_value()) {
+      PyErr_Format(PyExc_TypeError, "flashattn: attention: argument %s is missing", params[i].name().c_str());
+      return nullptr;
+    }
+    stack.push_back(*params[i].default_value());
+  }
   try {
     const GilReleased no_gil;  // CPU kernels compute for a while; CUDA launches need no Python
-    std::tie(out, lse) = call_fwd(*q, *k, *v, cu_seqlens_q, cu_seqlens_k, c);
+    op.callBoxed(&stack);
   } catch (const c10::Error& e) {
     return raise_python(e);
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return nullptr;
   }
-  PyObject* py_out = THPVariable_Wrap(std::move(out));
-  PyObject* py_lse = py_out ? THPVariable_Wrap(std::move(lse)) : nullptr;
-  if (!py_lse) {
-    Py_XDECREF(py_out);
-    return nullptr;
-  }
-  PyObject* result = PyTuple_Pack(2, py_out, py_lse);
-  Py_DECREF(py_out);
-  Py_DECREF(py_lse);
-  return result;
+  return returns_to_python(stack);
 }
 
 PyMethodDef kMethods[] = {
     {"attention", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&attention)), METH_FASTCALL,
-     "attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,\n"
-     "window_left, window_right, softcap, deterministic, path) -> (out, lse): torch.ops.flashattn.fwd\n"
-     "for plain tensors, without __torch_function__ handling."},
+     "attention(*args) -> (out, lse): torch.ops.flashattn.fwd with its arguments in schema order, for plain\n"
+     "tensors, without __torch_function__ handling."},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace

@@ -26,7 +26,6 @@
 
 #include "flashattn/flashattn.hpp"
 #include "torch_ops.hpp"
-#include "torch_ops_call.hpp"
 
 namespace flashattn::torch_ops {
 namespace {
@@ -411,12 +410,6 @@ std::tuple<Tensor, Tensor> fwd_autograd(const Tensor& q, const Tensor& k, const 
 }
 
 }  // namespace
-
-std::tuple<Tensor, Tensor> call_fwd(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cu_seqlens_q,
-                                    const OptTensor& cu_seqlens_k, const FwdCall& c) {
-  return fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, c10::SymInt(c.max_seqlen_q), c10::SymInt(c.max_seqlen_k),
-                       c.softmax_scale, c.causal, c.window_left, c.window_right, c.softcap, c.deterministic, c.path);
-}
 
 void set_poison_outputs(bool on) { g_poison_outputs.store(on); }
 void set_skip_library_calls(bool on) { g_skip_library_calls.store(on); }

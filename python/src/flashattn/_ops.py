@@ -95,18 +95,16 @@ def _fast(q: Tensor, k: Tensor, v: Tensor) -> bool:
             and not torch.compiler.is_compiling())
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
-              max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool, window_left: int,
-              window_right: int, softcap: float, deterministic: bool, path: str = "auto") -> Tuple[Tensor, Tensor]:
-    """(out, lse) of torch.ops.flashattn.fwd, differentiable in q, k, v (the operator's autograd kernel),
-    raising flashattn's errors. Eager calls on plain tensors take the fast-call entry point: the
-    operator's Python binding costs more host time than the rest of a tiny call together."""
+def attention(q: Tensor, k: Tensor, v: Tensor, *args) -> Tuple[Tensor, Tensor]:
+    """(out, lse) of torch.ops.flashattn.fwd(q, k, v, *args) (the schema's order: cu_seqlens_q,
+    cu_seqlens_k, max_seqlen_q, max_seqlen_k, the options, deterministic, path), differentiable in q,
+    k, v (the operator's autograd kernel), raising flashattn's errors. Eager calls on plain tensors
+    take the fast-call entry point: the operator's Python binding costs more host time than the rest
+    of a tiny call together."""
     try:
         if _fast(q, k, v):
-            return _C.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                                causal, window_left, window_right, softcap, deterministic, path)
-        return fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                   window_left, window_right, softcap, deterministic, path)
+            return _C.attention(q, k, v, *args)
+        return fwd(q, k, v, *args)
     except (ValueError, NotImplementedError, RuntimeError) as e:
         if torch.compiler.is_compiling():
             raise
@@ -131,8 +129,7 @@ def _check_ranks(q: Tensor, k: Tensor, v: Tensor, varlen: bool) -> None:
 
 
 @torch.library.register_fake("flashattn::fwd")
-def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-              window_left, window_right, softcap, deterministic, path="auto"):
+def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, *options):
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     _check_ranks(q, k, v, varlen)
     out_shape, lse_shape = _out_shapes(q, v, varlen)
@@ -140,8 +137,7 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, s
 
 
 @torch.library.register_fake("flashattn::bwd")
-def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-              causal, window_left, window_right, softcap, deterministic, path="auto"):
+def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *options):
     _check_ranks(q, k, v, cu_seqlens_q is not None or cu_seqlens_k is not None)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 

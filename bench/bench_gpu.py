@@ -211,7 +211,10 @@ def bench_cell(env, cell, variants=()):
         preps.append(prepare_library(env.fa, "flashattn", cell, x, base))
         for name, fv in variants:
             preps.append(prepare_library(fv, f"flashattn:{name}", cell, x, base))
-    preps.append(prepare_python(cell, x, base))
+    py = prepare_python(cell, x, base)
+    if cell["mode"] == "bwd" and preps and "path" in preps[0]["row"] and "path" in py["row"]:
+        py["row"]["path"] = preps[0]["row"]["path"]  # the same library picks the same backward family
+    preps.append(py)
     if env.device == "cuda":
         if x.varlen:
             preps.append(prepare_torch_flash_varlen(cell, x, base))

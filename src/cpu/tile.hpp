@@ -92,6 +92,17 @@ HeadRows<Ptr> head_rows(Ptr data, DType dtype, int64_t batch_stride, int64_t row
   return {data, dtype, b * batch_stride + row_offset * row_stride + h * head_stride, row_stride};
 }
 
+// The keys (or values) of one (sequence, kv head) of a paged KV cache: key t is row t % page_size
+// of page pages[t / page_size] (params.hpp's addressing; the pages were checked by validation).
+struct PagedRows {
+  const void* data;
+  DType dtype;
+  const int32_t* pages;  // the sequence's block_table row
+  int64_t page_size, page_stride, row_stride, head_offset;
+
+  int64_t at(int64_t t) const { return pages[t / page_size] * page_stride + (t % page_size) * row_stride + head_offset; }
+};
+
 // dst[c] = src[at + c] as float, c < n. The dtype switch sits outside the loop.
 inline void load_row(float* __restrict dst, const void* src, DType dtype, int64_t at, int64_t n) {
   switch (dtype) {
@@ -134,15 +145,18 @@ inline void store_row(void* dst, DType dtype, int64_t at, const float* __restric
   }
 }
 
-// Tile loader: rows [row0, row0 + rows) × columns [0, cols) into tile[r * ld + c].
-inline void load_tile(float* tile, int64_t ld, const InRows& src, int64_t row0, int64_t rows, int64_t cols) {
+// Tile loader: rows [row0, row0 + rows) × columns [0, cols) into tile[r * ld + c]. Rows is any
+// row addressing with data, dtype and at(row): HeadRows, PagedRows.
+template <class Rows>
+void load_tile(float* tile, int64_t ld, const Rows& src, int64_t row0, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) load_row(tile + r * ld, src.data, src.dtype, src.at(row0 + r), cols);
 }
 
 // Transposed tile loader: the same rows into tile[c * ld + r], so that a later product can run its
 // inner loop along r (contiguous) instead of reducing along c.
-inline void load_tile_transposed(float* __restrict tile, int64_t ld, const InRows& src, int64_t row0, int64_t rows,
-                                 int64_t cols, float* __restrict row_buf) {
+template <class Rows>
+void load_tile_transposed(float* __restrict tile, int64_t ld, const Rows& src, int64_t row0, int64_t rows,
+                          int64_t cols, float* __restrict row_buf) {
   for (int64_t r = 0; r < rows; ++r) {
     load_row(row_buf, src.data, src.dtype, src.at(row0 + r), cols);
     for (int64_t c = 0; c < cols; ++c) tile[c * ld + r] = row_buf[c];

@@ -139,8 +139,11 @@ struct KVCacheArgs {
   // Rotary embedding (both or neither): [seqlen_rotary, rotary_dim / 2] tables of q's dtype (f32 on
   // the CPU for f32), rotary_dim = 2 · shape[1] ≤ hdim_qk, even. Applied to k_new at its positions
   // cache_seqlens[b] + t before it is cached, and to q: at cache_seqlens[b] + i (query i) when the
-  // call is causal or windowed, else at cache_seqlens[b] for every query. Interleaved: pairs (0,1),
-  // (2,3), ...; else pairs (i, i + rotary_dim / 2) (GPT-NeoX).
+  // call is causal or windowed (a window side reaching past the cache's capacity counts as none),
+  // else at cache_seqlens[b] for every query; the tables must hold every position rotated.
+  // Interleaved: pairs (0,1), (2,3), ...; else pairs (i, i + rotary_dim / 2) (GPT-NeoX).
+  // Sequences must not append into cache rows (or pages) another sequence uses: on the GPU the
+  // result is then undefined (the CPU appends in batch order, then attends).
   TensorView rotary_cos, rotary_sin;
   bool rotary_interleaved = false;
 

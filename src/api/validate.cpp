@@ -367,10 +367,250 @@ Status to_params(const BackwardArgs& a, BwdParams* p) {
   return Status::success();
 }
 
-// The KV-cache entry's rules: not written yet (the decode issue's first step), so every call is
-// refused by name rather than run on unchecked arguments.
-Status to_params(const KVCacheArgs&, KVCacheParams*) {
-  return Status::unsupported("kvcache_forward: the KV-cache entry is not implemented yet");
+// ---- the KV-cache entry (KVCacheArgs → KVCacheParams) ----
+
+namespace {
+
+// k_cache / v_cache: contiguous [batch_cache, seqlen_cache, heads_kv, d] or paged [num_pages,
+// page_size, heads_kv, d] (block_table given). Sets heads, head dims, the cache's strides, its
+// capacity per sequence (p->seqlen_k) and the paged geometry.
+Status kvcache_cache_params(const KVCacheArgs& a, KVCacheParams* p) {
+  const bool paged = !a.block_table.empty();
+  FLASHATTN_TRY(check_view("k_cache", a.k_cache, 4, p->dtype, p->device));
+  FLASHATTN_TRY(check_view("v_cache", a.v_cache, 4, p->dtype, p->device));
+  const char* k_desc = paged ? "[num_pages, page_size, heads_kv, hdim_qk of q]" : "[batch_cache, seqlen_cache, heads_kv, hdim_qk of q]";
+  const char* v_desc = paged ? "[num_pages, page_size, heads_kv of k_cache, hdim_v]" : "[batch_cache, seqlen_cache, heads_kv of k_cache, hdim_v]";
+  p->heads_kv = a.k_cache.shape[2];
+  p->hdim_v = a.v_cache.shape[3];
+  FLASHATTN_TRY(check_shape("k_cache", a.k_cache, {a.k_cache.shape[0], a.k_cache.shape[1], p->heads_kv, p->hdim_qk}, k_desc));
+  FLASHATTN_TRY(check_shape("v_cache", a.v_cache, {a.k_cache.shape[0], a.k_cache.shape[1], p->heads_kv, p->hdim_v}, v_desc));
+  strides_of(a.k_cache, false, &p->k_batch_stride, &p->k_row_stride, &p->k_head_stride);
+  strides_of(a.v_cache, false, &p->v_batch_stride, &p->v_row_stride, &p->v_head_stride);
+  p->k = p->k_cache = a.k_cache.data;
+  p->v = p->v_cache = a.v_cache.data;
+  if (!paged) {
+    if (a.cache_batch_idx.empty() && a.k_cache.shape[0] < p->batch) {
+      Message m;
+      m << "k_cache: batch_cache = " << a.k_cache.shape[0] << " (shape " << shape_str(a.k_cache)
+        << ") is below batch = " << p->batch << " of q (without cache_batch_idx, sequence b uses cache row b)";
+      return Status::invalid(m.str());
+    }
+    p->batch_cache = a.k_cache.shape[0];
+    p->seqlen_k = a.k_cache.shape[1];
+    return Status::success();
+  }
+  FLASHATTN_TRY(check_view("block_table", a.block_table, 2, DType::i32, p->device));
+  if (a.block_table.shape[0] != p->batch) {
+    Message m;
+    m << "block_table: shape " << shape_str(a.block_table) << ", expected [batch = " << p->batch
+      << ", max_pages_per_sequence]";
+    return Status::invalid(m.str());
+  }
+  if (!a.cache_batch_idx.empty()) {
+    return Status::invalid("cache_batch_idx: given with block_table; a paged cache is addressed by block_table alone");
+  }
+  if (a.cache_seqlens.empty()) {
+    return Status::invalid("cache_seqlens: missing; a paged cache (block_table given) needs the cached length of each sequence");
+  }
+  p->num_pages = a.k_cache.shape[0];
+  p->page_size = a.k_cache.shape[1];
+  p->max_pages = a.block_table.shape[1];
+  p->block_table = static_cast<const int32_t*>(a.block_table.data);
+  p->block_table_batch_stride = a.block_table.stride[0];
+  if (p->page_size < 1) {
+    return Status::invalid("k_cache: page_size = " + std::to_string(p->page_size) + " (dimension 1 of a paged cache " +
+                           shape_str(a.k_cache) + ") must be >= 1");
+  }
+  if (__builtin_mul_overflow(p->max_pages, p->page_size, &p->seqlen_k)) {
+    Message m;
+    m << "block_table: " << p->max_pages << " pages of page_size " << p->page_size << " hold more than 2^63 keys";
+    return Status::invalid(m.str());
+  }
+  return Status::success();
+}
+
+// k_new / v_new: both or neither, [batch, seqlen_new, heads_kv, hdim_qk] and [.., hdim_v].
+Status kvcache_new_params(const KVCacheArgs& a, KVCacheParams* p) {
+  if (a.k_new.empty() != a.v_new.empty()) {
+    return Status::invalid(std::string(a.k_new.empty() ? "k_new" : "v_new") +
+                           ": missing; new keys and values are appended together (give both k_new and v_new, or neither)");
+  }
+  if (a.k_new.empty()) return Status::success();
+  FLASHATTN_TRY(check_view("k_new", a.k_new, 4, p->dtype, p->device));
+  FLASHATTN_TRY(check_view("v_new", a.v_new, 4, p->dtype, p->device));
+  p->seqlen_new = a.k_new.shape[1];
+  FLASHATTN_TRY(check_shape("k_new", a.k_new, {p->batch, p->seqlen_new, p->heads_kv, p->hdim_qk},
+                            "[batch of q, seqlen_new, heads_kv of k_cache, hdim_qk of q]"));
+  FLASHATTN_TRY(check_shape("v_new", a.v_new, {p->batch, p->seqlen_new, p->heads_kv, p->hdim_v},
+                            "[batch of q, seqlen_new of k_new, heads_kv of k_cache, hdim_v of v_cache]"));
+  if (p->seqlen_new > p->seqlen_k) {
+    Message m;
+    m << "k_new: seqlen_new = " << p->seqlen_new << " exceeds the cache's capacity of " << p->seqlen_k
+      << " keys per sequence";
+    return Status::invalid(m.str());
+  }
+  if (p->seqlen_new > 0 && a.cache_seqlens.empty()) {
+    return Status::invalid("cache_seqlens: missing; appending k_new needs it (without it every sequence fills its "
+                           "whole cache, leaving no room)");
+  }
+  strides_of(a.k_new, false, &p->kn_batch_stride, &p->kn_row_stride, &p->kn_head_stride);
+  strides_of(a.v_new, false, &p->vn_batch_stride, &p->vn_row_stride, &p->vn_head_stride);
+  p->k_new = a.k_new.data;
+  p->v_new = a.v_new.data;
+  return Status::success();
+}
+
+// rotary_cos / rotary_sin: both or neither, [seqlen_rotary, rotary_dim / 2] of q's dtype, rows
+// contiguous and of one stride, rotary_dim ≤ hdim_qk.
+Status kvcache_rotary_params(const KVCacheArgs& a, KVCacheParams* p) {
+  if (a.rotary_cos.empty() != a.rotary_sin.empty()) {
+    return Status::invalid(std::string(a.rotary_cos.empty() ? "rotary_cos" : "rotary_sin") +
+                           ": missing; the rotary tables come together (give both rotary_cos and rotary_sin, or neither)");
+  }
+  if (a.rotary_cos.empty()) return Status::success();
+  FLASHATTN_TRY(check_view("rotary_cos", a.rotary_cos, 2, p->dtype, p->device));
+  FLASHATTN_TRY(check_view("rotary_sin", a.rotary_sin, 2, p->dtype, p->device));
+  FLASHATTN_TRY(check_shape("rotary_sin", a.rotary_sin, {a.rotary_cos.shape[0], a.rotary_cos.shape[1]},
+                            "the shape of rotary_cos"));
+  p->seqlen_rotary = a.rotary_cos.shape[0];
+  p->rotary_dim = 2 * a.rotary_cos.shape[1];
+  if (p->rotary_dim == 0 || p->rotary_dim > p->hdim_qk) {
+    Message m;
+    m << "rotary_cos: shape " << shape_str(a.rotary_cos) << " gives rotary_dim = " << p->rotary_dim
+      << "; it must be between 2 and hdim_qk = " << p->hdim_qk << " (rotary_dim = 2 * shape[1])";
+    return Status::invalid(m.str());
+  }
+  if (p->seqlen_rotary > 1 && a.rotary_sin.stride[0] != a.rotary_cos.stride[0]) {
+    Message m;
+    m << "rotary_sin: row stride " << a.rotary_sin.stride[0] << " differs from rotary_cos's " << a.rotary_cos.stride[0]
+      << " (the tables share one row stride)";
+    return Status::invalid(m.str());
+  }
+  p->rotary_row_stride = a.rotary_cos.stride[0];
+  p->rotary_cos = a.rotary_cos.data;
+  p->rotary_sin = a.rotary_sin.data;
+  p->rotary_interleaved = a.rotary_interleaved;
+  return Status::success();
+}
+
+// cache_seqlens (int32 [batch], required when paged or appending) and cache_batch_idx (int32
+// [batch], contiguous only).
+Status kvcache_index_params(const KVCacheArgs& a, KVCacheParams* p) {
+  if (!a.cache_seqlens.empty()) {
+    FLASHATTN_TRY(check_view("cache_seqlens", a.cache_seqlens, 1, DType::i32, p->device));
+    FLASHATTN_TRY(check_shape("cache_seqlens", a.cache_seqlens, {p->batch}, "[batch of q]"));
+    if (p->batch > 1 && a.cache_seqlens.stride[0] != 1) {
+      return Status::invalid("cache_seqlens: stride " + std::to_string(a.cache_seqlens.stride[0]) + ", expected 1 (contiguous)");
+    }
+    p->cache_seqlens = static_cast<const int32_t*>(a.cache_seqlens.data);
+  }
+  if (!a.cache_batch_idx.empty()) {
+    FLASHATTN_TRY(check_view("cache_batch_idx", a.cache_batch_idx, 1, DType::i32, p->device));
+    FLASHATTN_TRY(check_shape("cache_batch_idx", a.cache_batch_idx, {p->batch}, "[batch of q]"));
+    if (p->batch > 1 && a.cache_batch_idx.stride[0] != 1) {
+      return Status::invalid("cache_batch_idx: stride " + std::to_string(a.cache_batch_idx.stride[0]) + ", expected 1 (contiguous)");
+    }
+    p->cache_batch_idx = static_cast<const int32_t*>(a.cache_batch_idx.data);
+  }
+  return Status::success();
+}
+
+// The values inside the index arrays, readable only for host tensors (CUDA kernels clamp instead,
+// see params.hpp): lengths ≥ 0 and within the capacity with the appended keys, cache rows within
+// the cache, and every page a sequence uses (its first ⌈seqlen_k(b) / page_size⌉ block_table
+// entries; the rest may hold anything) within the cache's pages. The rotary tables must hold every
+// position the call rotates.
+Status check_kvcache_host_values(const KVCacheParams& p) {
+  for (int64_t b = 0; b < p.batch; ++b) {
+    Message m;
+    const int64_t cached = p.cache_seqlens ? p.cache_seqlens[b] : p.seqlen_k;
+    if (cached < 0) {
+      m << "cache_seqlens[" << b << "] = " << cached << " is negative";
+      return Status::invalid(m.str());
+    }
+    const int64_t len_k = cached + p.seqlen_new;
+    if (len_k > p.seqlen_k) {
+      m << "cache_seqlens[" << b << "] = " << cached << " + seqlen_new = " << p.seqlen_new << " exceeds the cache's capacity of "
+        << p.seqlen_k << " keys per sequence" << (p.is_paged() ? " (max_pages * page_size)" : " (seqlen_cache)");
+      return Status::invalid(m.str());
+    }
+    if (p.cache_batch_idx && (p.cache_batch_idx[b] < 0 || p.cache_batch_idx[b] >= p.batch_cache)) {
+      m << "cache_batch_idx[" << b << "] = " << p.cache_batch_idx[b] << " is outside the cache's rows [0, "
+        << p.batch_cache << ")";
+      return Status::invalid(m.str());
+    }
+    for (int64_t j = 0; p.is_paged() && j < (len_k + p.page_size - 1) / p.page_size; ++j) {
+      const int64_t page = p.block_table[b * p.block_table_batch_stride + j];
+      if (page < 0 || page >= p.num_pages) {
+        m << "block_table[" << b << "][" << j << "] = " << page << " is outside the cache's pages [0, " << p.num_pages
+          << ") (sequence " << b << " uses its first " << (len_k + p.page_size - 1) / p.page_size << " entries)";
+        return Status::invalid(m.str());
+      }
+    }
+    const int64_t q_positions = p.seqlen_q == 0 ? 0 : (p.rotary_per_query() ? p.seqlen_q : 1);
+    const int64_t rotated = std::max(p.seqlen_new, q_positions);  // positions from cached on
+    if (p.rotary_cos && rotated > 0 && cached + rotated > p.seqlen_rotary) {
+      m << "rotary_cos: " << p.seqlen_rotary << " positions, but sequence " << b << " rotates positions up to "
+        << cached + rotated - 1 << " (cache_seqlens[" << b << "] = " << cached << ")";
+      return Status::invalid(m.str());
+    }
+  }
+  return Status::success();
+}
+
+}  // namespace
+
+// The KV-cache entry's rules (flashattn.hpp's KVCacheArgs; the params' contract in params.hpp).
+Status to_params(const KVCacheArgs& a, KVCacheParams* p) {
+  *p = KVCacheParams{};
+  const DType dt = a.q.dtype;
+  if (dt != DType::f32 && dt != DType::f16 && dt != DType::bf16) {
+    return Status::invalid(std::string("q: dtype ") + to_string(dt) + " is not one of f32, f16, bf16");
+  }
+  p->dtype = dt;
+  p->device = a.q.device;
+  FLASHATTN_TRY(check_view("q", a.q, 4, dt, p->device));
+  p->batch = a.q.shape[0];
+  p->seqlen_q = a.q.shape[1];
+  p->heads_q = a.q.shape[2];
+  p->hdim_qk = a.q.shape[3];
+  FLASHATTN_TRY(kvcache_cache_params(a, p));
+  FLASHATTN_TRY(check_head_dim("hdim_qk (last dimension of q, k_cache)", p->hdim_qk));
+  FLASHATTN_TRY(check_head_dim("hdim_v (last dimension of v_cache)", p->hdim_v));
+  if (p->heads_kv == 0 || p->heads_q % p->heads_kv != 0) {
+    Message m;
+    m << "heads: heads_q = " << p->heads_q << " is not a multiple of heads_kv = " << p->heads_kv << " (k_cache, v_cache)";
+    return Status::invalid(m.str());
+  }
+  // As in the forward: the row and element counts the backends index with fit in int64.
+  const int64_t dim = std::max(p->hdim_qk, p->hdim_v);
+  int64_t row_elems = 0, elems = 0;
+  if (__builtin_mul_overflow(p->batch, p->seqlen_q, &p->total_q) ||
+      __builtin_mul_overflow(p->batch, p->seqlen_k, &p->total_k) ||
+      __builtin_mul_overflow(std::max(p->heads_q, p->heads_kv), dim, &row_elems) ||
+      __builtin_mul_overflow(std::max(p->total_q, p->total_k), row_elems, &elems)) {
+    Message m;
+    m << "q: shape " << shape_str(a.q) << " and a cache of " << p->seqlen_k << " keys per sequence hold more than 2^63 elements";
+    return Status::invalid(m.str());
+  }
+  strides_of(a.q, false, &p->q_batch_stride, &p->q_row_stride, &p->q_head_stride);
+  p->q = a.q.data;
+  FLASHATTN_TRY(kvcache_index_params(a, p));
+  FLASHATTN_TRY(kvcache_new_params(a, p));
+  FLASHATTN_TRY(kvcache_rotary_params(a, p));
+  if (a.out.empty()) return Status::invalid("out: missing (the output tensor is required)");
+  FLASHATTN_TRY(out_like("out", a.out, *p, p->hdim_v, "[batch, seqlen_q, heads_q, hdim_v]", &p->o_batch_stride,
+                         &p->o_row_stride, &p->o_head_stride));
+  p->out = a.out.data;
+  if (!a.lse.empty()) FLASHATTN_TRY(lse_params("lse", a.lse, p));
+  FLASHATTN_TRY(normalized_options(a.options, p));
+  if (a.num_splits < 0) return Status::invalid("num_splits = " + std::to_string(a.num_splits) + " must be >= 0 (0: chosen from the shapes)");
+  p->num_splits = a.num_splits;
+  if (p->device == Device::cpu) FLASHATTN_TRY(check_kvcache_host_values(*p));
+  p->stream = a.stream;
+  p->workspace = a.workspace;
+  p->workspace_bytes = a.workspace_bytes;
+  return Status::success();
 }
 
 }  // namespace flashattn

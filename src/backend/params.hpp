@@ -119,6 +119,9 @@ struct KVCacheParams : FwdParams {
   int num_splits = 0;  // 0: the family chooses
 
   bool is_paged() const { return block_table != nullptr; }
+  // Where q is rotated: query i at cache_seqlens[b] + i when the (normalized) mask is causal or a
+  // window, else every query at cache_seqlens[b] (flash-attn's rule).
+  bool rotary_per_query() const { return mask_of(options).has_mask(); }
 };
 
 }  // namespace flashattn

@@ -1,5 +1,5 @@
-// CPU backend entry points: the tiled online-softmax algorithm (forward, and backward by
-// recomputation), and the family that offers them to select(). Params are validated; memory
+// CPU backend entry points: the tiled online-softmax algorithm (forward, backward by
+// recomputation, and the KV-cache call), and the family that offers them to select(). Params are validated; memory
 // beyond the outputs is O(threads × tile).
 #pragma once
 
@@ -11,5 +11,8 @@ const Family& family();
 
 Status forward(const FwdParams& params);
 Status backward(const BwdParams& params);
+// The KV-cache call (kvcache.cpp): append, rotate, attend; its workspace is the rotated q.
+Status kvcache(const KVCacheParams& params);
+std::size_t kvcache_workspace_bytes(const KVCacheParams& params);
 
 }  // namespace flashattn::cpu

@@ -1,5 +1,5 @@
 // The cpu family: the tiled online-softmax algorithm on host memory. It runs every valid call on
-// CPU tensors, needs no workspace, and has nothing to plan beyond that.
+// CPU tensors; only the KV-cache call with rotary needs a workspace (q rotated).
 #include "cpu/cpu_backend.hpp"
 
 namespace flashattn::cpu {
@@ -14,10 +14,18 @@ Status plan(const Params&, Plan* plan) {
 Status run_forward(const Plan&, const FwdParams& p) { return forward(p); }
 Status run_backward(const Plan&, const BwdParams& p) { return backward(p); }
 
+// The KV-cache call's workspace holds q rotated (only with rotary tables).
+Status plan_kvcache(const KVCacheParams& p, Plan* plan) {
+  plan->workspace_bytes = kvcache_workspace_bytes(p);
+  return Status::success();
+}
+Status run_kvcache(const Plan&, const KVCacheParams& p) { return kvcache(p); }
+
 }  // namespace
 
 const Family& family() {
-  static const Family kCpu{"cpu", Device::cpu, {plan<FwdParams>, run_forward}, {plan<BwdParams>, run_backward}, {}};
+  static const Family kCpu{"cpu", Device::cpu, {plan<FwdParams>, run_forward}, {plan<BwdParams>, run_backward},
+                            {plan_kvcache, run_kvcache}};
   return kCpu;
 }
 

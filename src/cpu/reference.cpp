@@ -74,6 +74,13 @@ struct Problem {
   MaskParams mask;
   DType dtype = DType::f32;
 
+  // Inputs filled in by the caller (the KV-cache oracle builds its own q, k, v).
+  Problem(const Layout& layout, DType dtype_, const AttentionOptions& options) : L(layout) {
+    scores = cpu::score_rule<T>(options);
+    mask = mask_of(options);
+    dtype = dtype_;
+  }
+
   Problem(const FwdParams& p, const Layout& layout) : L(layout) {
     q = gather<T>(p, L, q_desc(p));
     k = gather<T>(p, L, k_desc(p));
@@ -449,6 +456,129 @@ Status backward(const BwdParams& p, Precision precision, BackwardResult* r, cons
     Problem<float> P(p, L);
     P.dout = gather<float>(p, L, dout);
     backward_impl(P, r->q_rows, r->k_rows, r);
+  }
+  return Status::success();
+}
+
+// ---- the KV-cache call ----------------------------------------------------------------------
+
+namespace {
+
+int64_t cached_keys(const KVCacheParams& p, int64_t b) { return p.cache_seqlens ? p.cache_seqlens[b] : p.seqlen_k; }
+
+// Element offset of key t of sequence b, kv head h, in one side of the cache: params.hpp's
+// addressing, spelled out here apart from the CPU backend's row addressing.
+int64_t cache_offset(const KVCacheParams& p, int64_t b, int64_t t, int64_t h, int64_t batch_stride, int64_t row_stride,
+                     int64_t head_stride) {
+  if (p.block_table != nullptr) {
+    const int64_t page = p.block_table[b * p.block_table_batch_stride + t / p.page_size];
+    return page * batch_stride + (t % p.page_size) * row_stride + h * head_stride;
+  }
+  const int64_t cache_row = p.cache_batch_idx != nullptr ? p.cache_batch_idx[b] : b;
+  return cache_row * batch_stride + t * row_stride + h * head_stride;
+}
+
+// x[0, rotary_dim) turned to position pos, in T (flashattn.hpp's rotary rule).
+template <class T>
+void rotate(T* x, const KVCacheParams& p, int64_t pos) {
+  const int64_t half = p.rotary_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const T c = load_as_float(p.rotary_cos, p.dtype, pos * p.rotary_row_stride + i);
+    const T s = load_as_float(p.rotary_sin, p.dtype, pos * p.rotary_row_stride + i);
+    T& x0 = p.rotary_interleaved ? x[2 * i] : x[i];
+    T& x1 = p.rotary_interleaved ? x[2 * i + 1] : x[i + half];
+    const T a = x0, b = x1;
+    x0 = a * c - b * s;
+    x1 = a * s + b * c;
+  }
+}
+
+// Every sequence's logical keys (or values) for kv head h: its cached rows read from the cache,
+// then its new rows (rotated when `rotary`), stored in the dtype as the cache holds them. Packed
+// [total_k][heads_kv][dim]; *appended gets the new rows alone, [batch][seqlen_new][heads_kv][dim].
+template <class T>
+std::vector<T> logical_rows(const KVCacheParams& p, const Layout& L, const void* cache, int64_t bs, int64_t rs,
+                            int64_t hs, const void* fresh, int64_t fbs, int64_t frs, int64_t fhs, int64_t dim,
+                            bool rotary, std::vector<double>* appended) {
+  std::vector<T> rows(static_cast<size_t>(L.total_k * L.heads_kv * dim));
+  appended->assign(static_cast<size_t>(p.batch * p.seqlen_new * L.heads_kv * dim), kNaN);
+  std::vector<T> x(static_cast<size_t>(dim));
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const Sequence& seq = L.seqs[b];
+    const int64_t cached = cached_keys(p, b);
+    for (int64_t t = 0; t < seq.k_len; ++t) {
+      for (int64_t h = 0; h < L.heads_kv; ++h) {
+        const bool is_new = t >= cached;
+        const int64_t at = is_new ? b * fbs + (t - cached) * frs + h * fhs : cache_offset(p, b, t, h, bs, rs, hs);
+        for (int64_t d = 0; d < dim; ++d) x[d] = load_as_float(is_new ? fresh : cache, p.dtype, at + d);
+        if (is_new && rotary) rotate(x.data(), p, t);
+        T* dst = &rows[static_cast<size_t>(((seq.k_begin + t) * L.heads_kv + h) * dim)];
+        for (int64_t d = 0; d < dim; ++d) dst[d] = round_to(p.dtype, static_cast<float>(x[d]));  // stored in the dtype
+        if (!is_new) continue;
+        double* out = &(*appended)[static_cast<size_t>(((b * p.seqlen_new + t - cached) * L.heads_kv + h) * dim)];
+        for (int64_t d = 0; d < dim; ++d) out[d] = dst[d];
+      }
+    }
+  }
+  return rows;
+}
+
+// q, rotated at cached_keys(b) (+ i when the mask is causal or a window); the same-precision run
+// rounds it to the dtype, as an application's rotated tensor would be.
+template <class T>
+std::vector<T> rotated_queries(const KVCacheParams& p, const Layout& L, bool round) {
+  std::vector<T> q = gather<T>(p, L, q_desc(p));
+  if (p.rotary_cos == nullptr) return q;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t i = 0; i < p.seqlen_q; ++i) {
+      for (int64_t h = 0; h < L.heads_q; ++h) {
+        T* x = &q[static_cast<size_t>(((b * p.seqlen_q + i) * L.heads_q + h) * L.hdim_qk)];
+        rotate(x, p, cached_keys(p, b) + (p.rotary_per_query() ? i : 0));
+        for (int64_t d = 0; round && d < L.hdim_qk; ++d) x[d] = round_to(p.dtype, static_cast<float>(x[d]));
+      }
+    }
+  }
+  return q;
+}
+
+Layout kvcache_layout(const KVCacheParams& p) {
+  Layout L = layout_of(p);
+  L.total_k = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    L.seqs[b].k_begin = L.total_k;
+    L.seqs[b].k_len = cached_keys(p, b) + p.seqlen_new;
+    L.total_k += L.seqs[b].k_len;
+  }
+  return L;
+}
+
+template <class T>
+void kvcache_impl(const KVCacheParams& p, KVCacheResult* r) {
+  const Layout& L = r->attention.layout;
+  Problem<T> P(L, p.dtype, p.options);
+  P.q = rotated_queries<T>(p, L, Problem<T>::kSame);
+  const bool rotary = p.rotary_cos != nullptr;
+  P.k = logical_rows<T>(p, L, p.k_cache, p.k_batch_stride, p.k_row_stride, p.k_head_stride, p.k_new, p.kn_batch_stride,
+                        p.kn_row_stride, p.kn_head_stride, L.hdim_qk, rotary, &r->k_appended);
+  P.v = logical_rows<T>(p, L, p.v_cache, p.v_batch_stride, p.v_row_stride, p.v_head_stride, p.v_new, p.vn_batch_stride,
+                        p.vn_row_stride, p.vn_head_stride, L.hdim_v, false, &r->v_appended);
+  forward_impl(P, r->attention.q_rows, &r->attention);
+}
+
+}  // namespace
+
+Status kvcache_forward(const KVCacheParams& p, Precision precision, KVCacheResult* r) {
+  Status st = check_host(p);
+  if (!st.ok()) return st;
+  ForwardResult& a = r->attention;
+  a.layout = kvcache_layout(p);
+  a.q_rows = rows_to_compute(nullptr, a.layout.total_q, true, a.layout);
+  a.out.assign(static_cast<size_t>(a.layout.total_q * a.layout.heads_q * a.layout.hdim_v), kNaN);
+  a.lse.assign(static_cast<size_t>(a.layout.total_q * a.layout.heads_q), kNaN);
+  if (precision == Precision::f64) {
+    kvcache_impl<double>(p, r);
+  } else {
+    kvcache_impl<float>(p, r);
   }
   return Status::success();
 }

@@ -95,6 +95,22 @@ Status forward(const FwdParams& params, Precision precision, ForwardResult* resu
 Status backward(const BwdParams& params, Precision precision, BackwardResult* result,
                 const std::vector<int64_t>* q_rows = nullptr, const std::vector<int64_t>* k_rows = nullptr);
 
+// ---- the KV-cache call (KVCacheParams) ---------------------------------------------------------
+// An oracle written apart from the CPU backend: it reads the cache as it was BEFORE the call (run
+// it first, or on a copy: the library appends in place), applies the append and the rotary
+// embedding itself, builds each sequence's keys and values from params.hpp's addressing (paged or
+// contiguous, cache_batch_idx), and attends with the forward's row computation. The appended rows
+// are what the cache holds: rotated, then rounded to the dtype (in both precisions); q is rotated
+// in the precision (and rounded to the dtype by the same-precision run). Assumes no two sequences
+// append into rows another one uses. Query rows are packed b·seqlen_q + i, so read_out and read_lse
+// of the params read the backend's results in the same layout.
+struct KVCacheResult {
+  ForwardResult attention;         // out, lse, q_rows (all), out_terms; layout.seqs[b].k_len = its keys
+  std::vector<double> k_appended;  // [batch][seqlen_new][heads_kv][hdim_qk]: the rows appended to k_cache
+  std::vector<double> v_appended;  // [batch][seqlen_new][heads_kv][hdim_v]
+};
+Status kvcache_forward(const KVCacheParams& params, Precision precision, KVCacheResult* result);
+
 // ---- reading a backend's outputs in the same packed layout (host pointers; NaN off-sequence) ----
 std::vector<double> read_out(const FwdParams& params);  // [total_q][heads_q][hdim_v]
 std::vector<double> read_lse(const FwdParams& params);  // [total_q][heads_q]

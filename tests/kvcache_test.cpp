@@ -1,0 +1,147 @@
+// The KV-cache call (kvcache_forward) on every backend against the float64 oracle that appends,
+// rotates and attends itself (reference::kvcache_forward): out by the error rule, lse, the cache
+// after the call (old rows untouched, appended rows as the reference has them), inputs unchanged.
+// Contiguous and paged caches (page sizes 1 … 256, pages shuffled over the pool), cache_batch_idx,
+// append of 0, 1, 4 rows, rotary (interleaved, half-split, rotary_dim < hdim), causal and window
+// with 1 and 4 query rows, softcap, GQA/MQA, hdim_v ≠ hdim_qk. A family without a KV-cache
+// direction skips with its reason.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+#include <stdexcept>
+#include <tuple>
+
+#include "support/check.hpp"
+#include "support/kvcache_problem.hpp"
+
+namespace fa_test {
+namespace {
+
+using flashattn::DType;
+
+// Shapes and dtypes: lengths 0 … 513 against caches with room to spare, GQA, MQA, head dims.
+std::vector<KVCase> shape_cases() {
+  return {
+      KVCase::decode({5, 17, 0}, 40, 4, 2, 64),
+      KVCase::decode({130}, 200, 8, 1, 128).with(DType::f16),
+      KVCase::decode({64, 1, 65}, 70, 6, 2, 32).with(DType::f32),
+      KVCase::decode({300, 77, 513}, 600, 4, 4, 64).q_rows(4),
+      KVCase::decode({33, 50}, 60, 2, 1, 192, 128).with(DType::f16),
+      KVCase::decode({20, 9}, 40, 2, 2, 64, 32).no_lse(),
+      KVCase::decode({0, 0}, 8, 2, 1, 64),  // empty sequences: out 0, lse +inf
+      KVCase::decode({12, 12}, 12, 4, 2, 64).full_cache(),
+  };
+}
+
+// Paged caches at every page size, with appends and rotary (the addressing's hardest case).
+std::vector<KVCase> paged_cases() {
+  std::vector<KVCase> v;
+  int i = 0;
+  for (int64_t page : {1, 3, 16, 64, 256}) {
+    const KVCase c = KVCase::decode({300, 77, 0, 513}, 520, 4, 2, 64).paged(page).with(i % 2 ? DType::f16 : DType::bf16);
+    v.push_back(c);
+    v.push_back(c.append(4).rotate(i % 2 ? Rotary::interleaved : Rotary::half_split).causal_mask().q_rows(4));
+    ++i;
+  }
+  v.push_back(KVCase::decode({5, 40}, 48, 2, 1, 128, 64).paged(16).append(1).with(DType::f32).window(8, 0));
+  return v;
+}
+
+// Appends of 0, 1 and 4 rows, with and without rotary (both layouts, rotary_dim < hdim), and
+// with cache_batch_idx.
+std::vector<KVCase> append_cases() {
+  std::vector<KVCase> v;
+  const KVCase base = KVCase::decode({10, 0, 31}, 40, 4, 2, 64);
+  for (int64_t n : {0, 1, 4}) {
+    v.push_back(base.append(n));
+    v.push_back(base.append(n).rotate(Rotary::interleaved).q_rows(n ? n : 1));
+    v.push_back(base.append(n).rotate(Rotary::half_split, 32).causal_mask().q_rows(4).with(DType::f16));
+    v.push_back(base.append(n).indexed().rotate(Rotary::interleaved, 16).with(DType::f32));
+  }
+  v.push_back(base.indexed().q_rows(4).causal_mask());
+  return v;
+}
+
+// Masks (causal, windows) with 1 and 4 query rows, and softcap.
+std::vector<KVCase> mask_cases() {
+  std::vector<KVCase> v;
+  for (int64_t sq : {1, 4}) {
+    const KVCase c = KVCase::decode({50, 3, 97}, 100, 4, 2, 64).q_rows(sq).append(2);
+    v.push_back(c.causal_mask());
+    v.push_back(c.window(16, 0));
+    v.push_back(c.window(10, 2).with(DType::f16));
+    v.push_back(c.window(-1, 1).rotate(Rotary::half_split));
+    v.push_back(c.cap(5.f).causal_mask().rotate(Rotary::interleaved, 32));
+    v.push_back(c.cap(30.f).paged(16).with(DType::f32));
+  }
+  return v;
+}
+
+std::vector<KVCase> all_cases() {
+  std::vector<KVCase> all;
+  for (auto list : {shape_cases(), paged_cases(), append_cases(), mask_cases()}) all.insert(all.end(), list.begin(), list.end());
+  std::set<std::string> names;
+  for (const KVCase& c : all) {
+    if (!names.insert(c.name()).second) throw std::logic_error("duplicate KV-cache case " + c.name());
+  }
+  return all;
+}
+
+using Param = std::tuple<Backend, KVCase>;
+class KVCache : public ::testing::TestWithParam<Param> {};
+
+TEST_P(KVCache, MatchesReference) {
+  const auto& [backend, c] = GetParam();
+  FA_REQUIRE_BACKEND(backend);
+  Rng rng;
+  KVProblem p = make_kv_problem(c, rng);
+  const KVExpected e = expect_of(p);  // before the call appends into the cache
+  FA_RUN_OR_SKIP(run_kvcache(backend, p));
+  expect_kvcache_matches(p, e);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, KVCache, ::testing::Combine(::testing::ValuesIn(all_backends()),
+                                                          ::testing::ValuesIn(all_cases())),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return std::string(to_string(std::get<0>(info.param))) + "_" + std::get<1>(info.param).name();
+                         });
+
+// A paged cache holding bitwise the same keys and values as a contiguous one gives bitwise the
+// same out and lse on the same backend, at every page size (and appends the same rows).
+class PagedEqualsContiguous : public ::testing::TestWithParam<std::tuple<Backend, int64_t>> {};
+
+TEST_P(PagedEqualsContiguous, Bitwise) {
+  const auto& [backend, page] = GetParam();
+  FA_REQUIRE_BACKEND(backend);
+  const KVCase c = KVCase::decode({300, 1, 77, 512}, 520, 8, 2, 64).q_rows(4).append(3).rotate(Rotary::half_split)
+                       .causal_mask();
+  const uint64_t seed = Rng().next();
+  Rng r1(seed), r2(seed);
+  KVProblem contiguous = make_kv_problem(c, r1), paged = make_kv_problem(c.paged(page), r2);
+  FA_RUN_OR_SKIP(run_kvcache(backend, contiguous));
+  FA_RUN_OR_SKIP(run_kvcache(backend, paged));
+  ASSERT_EQ(contiguous.out.storage_bytes(), paged.out.storage_bytes());
+  EXPECT_EQ(std::memcmp(contiguous.out.storage(), paged.out.storage(), paged.out.storage_bytes()), 0) << "out differs";
+  EXPECT_EQ(std::memcmp(contiguous.lse.storage(), paged.lse.storage(), paged.lse.storage_bytes()), 0) << "lse differs";
+  int64_t differ = 0;
+  for (int64_t b = 0; b < c.batch(); ++b) {
+    for (int64_t t = 0; t < c.cache_lens[b] + 3; ++t) {
+      for (int64_t h = 0; h < c.heads_kv; ++h) {
+        const int64_t a = contiguous.cache_offset(contiguous.k_cache, b, t, h), z = paged.cache_offset(paged.k_cache, b, t, h);
+        for (int64_t d = 0; d < c.hdim_qk; ++d) differ += contiguous.k_cache.get_at(a + d) != paged.k_cache.get_at(z + d);
+      }
+    }
+  }
+  EXPECT_EQ(differ, 0) << "the caches' logical keys differ after the call";
+}
+
+INSTANTIATE_TEST_SUITE_P(All, PagedEqualsContiguous,
+                         ::testing::Combine(::testing::ValuesIn(all_backends()), ::testing::Values(1, 3, 16, 64, 256)),
+                         [](const ::testing::TestParamInfo<std::tuple<Backend, int64_t>>& info) {
+                           return std::string(to_string(std::get<0>(info.param))) + "_page" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+}  // namespace
+}  // namespace fa_test

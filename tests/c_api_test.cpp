@@ -7,6 +7,7 @@
 #include "flashattn/flashattn_c.h"
 #include "support/c_abi.hpp"
 #include "support/check.hpp"
+#include "support/kvcache_problem.hpp"
 
 namespace fa_test {
 namespace {
@@ -186,6 +187,65 @@ TEST_F(CApi, NullOptionsAreTheDefaults) {
   for (HostTensor* t : {&plain.q, &plain.k, &plain.v, &plain.out, &plain.lse}) t->snapshot();
   ASSERT_EQ(fa_forward(&a, msg, sizeof msg), 0) << msg;
   expect_forward_matches(plain);
+}
+
+fa_kvcache_args kvcache_to_c(const KVCacheArgs& k, fa_options* o) {
+  to_c(k.options, o);
+  fa_kvcache_args a;
+  fa_kvcache_args_init(&a);
+  a.options = o;
+  a.q = to_c(k.q);
+  a.k_cache = to_c(k.k_cache);
+  a.v_cache = to_c(k.v_cache);
+  a.cache_seqlens = to_c(k.cache_seqlens);
+  a.block_table = to_c(k.block_table);
+  a.cache_batch_idx = to_c(k.cache_batch_idx);
+  a.k_new = to_c(k.k_new);
+  a.v_new = to_c(k.v_new);
+  a.rotary_cos = to_c(k.rotary_cos);
+  a.rotary_sin = to_c(k.rotary_sin);
+  a.rotary_interleaved = k.rotary_interleaved;
+  a.out = to_c(k.out);
+  a.lse = to_c(k.lse);
+  a.num_splits = k.num_splits;
+  return a;
+}
+
+// The KV-cache call through the C ABI: a paged cache with an append and rotary (which needs the
+// workspace), against the reference; then a bad page index's message, unchanged.
+TEST(CApiKVCache, PagedAppendRotaryMatchesReference) {
+  Rng rng;
+  KVProblem kp = make_kv_problem(
+      KVCase::decode({7, 0, 40}, 48, 4, 2, 64).paged(16).append(2).rotate(Rotary::half_split).causal_mask().q_rows(2), rng);
+  const KVExpected e = expect_of(kp);
+  DeviceMirror host{Backend::host()};
+  fa_options o;
+  fa_kvcache_args a = kvcache_to_c(kp.args(host), &o);
+  char msg[512] = "untouched";
+  std::size_t bytes = 0;
+  ASSERT_EQ(fa_kvcache_workspace_size(&a, &bytes, msg, sizeof msg), 0) << msg;
+  EXPECT_GT(bytes, 0u);
+  std::vector<unsigned char> workspace(bytes);
+  a.workspace = workspace.data();
+  a.workspace_bytes = bytes;
+  EXPECT_STREQ(fa_kvcache_path(&a), "cpu");
+  for (HostTensor* t : {&kp.out, &kp.lse}) t->poison();
+  for (HostTensor* t : {&kp.q, &kp.k_new, &kp.v_new, &kp.rotary_cos, &kp.rotary_sin, &kp.cache_seqlens, &kp.block_table,
+                        &kp.out, &kp.lse, &kp.k_cache, &kp.v_cache}) {
+    t->snapshot();
+  }
+  ASSERT_EQ(fa_kvcache_forward(&a, msg, sizeof msg), 0) << msg;
+  EXPECT_STREQ(msg, "");
+  expect_kvcache_matches(kp, e);
+
+  kp.block_table.set({2, 1}, 1000);
+  EXPECT_EQ(fa_kvcache_forward(&a, msg, sizeof msg), static_cast<int>(StatusCode::invalid_argument));
+  EXPECT_EQ(std::string(msg), kvcache_forward(kp.args(host)).message);
+  EXPECT_NE(std::strstr(msg, "block_table[2][1] = 1000"), nullptr) << msg;
+  EXPECT_EQ(fa_kvcache_forward(nullptr, msg, sizeof msg), static_cast<int>(StatusCode::invalid_argument));
+  a.struct_size = 5;
+  EXPECT_EQ(fa_kvcache_forward(&a, msg, sizeof msg), static_cast<int>(StatusCode::invalid_argument));
+  EXPECT_NE(std::strstr(msg, "fa_kvcache_args.struct_size = 5"), nullptr) << msg;
 }
 
 }  // namespace

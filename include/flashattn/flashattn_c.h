@@ -1,9 +1,10 @@
-/* flashattn C ABI: one flat argument struct for forward and backward, for ctypes/FFI callers.
+/* flashattn C ABI: one flat argument struct for forward and backward (and one for the KV-cache
+ * call), for ctypes/FFI callers.
  * Mirrors the C++ API (flashattn.hpp); return value is the StatusCode (0 = ok) and the message is
  * copied into msg (NUL-terminated, truncated to msg_cap). Nothing here throws or aborts.
  *
- * Versioning: fa_args and fa_options start with struct_size, the sizeof the caller compiled
- * (fa_args_init / fa_options_init set it, with every default). New fields are only ever appended,
+ * Versioning: fa_args, fa_kvcache_args and fa_options start with struct_size, the sizeof the caller compiled
+ * (fa_args_init / fa_kvcache_args_init / fa_options_init set it, with every default). New fields are only ever appended,
  * so the library reads the fields a caller knows and gives every later field its default; a
  * caller newer than the library may pass a larger struct whose unknown tail is all zero bytes. */
 #ifndef FLASHATTN_C_H
@@ -54,21 +55,46 @@ typedef struct fa_args {
   const char* path;                       /* NULL or "auto": any kernel family; else its name */
 } fa_args;
 
+/* The KV-cache call (flashattn::KVCacheArgs, flash-attn's flash_attn_with_kvcache): q against a
+ * contiguous or paged (block_table) cache, k_new/v_new appended in place at cache_seqlens, optional
+ * rotary tables. Versioned by struct_size like fa_args. */
+typedef struct fa_kvcache_args {
+  size_t struct_size;
+  fa_tensor q, k_cache, v_cache;
+  fa_tensor cache_seqlens, block_table, cache_batch_idx;  /* int32; absent: see flashattn.hpp */
+  fa_tensor k_new, v_new;                 /* both or neither */
+  fa_tensor rotary_cos, rotary_sin;       /* both or neither */
+  fa_tensor out, lse;                     /* lse optional */
+  const fa_options* options;              /* NULL: the defaults */
+  int32_t rotary_interleaved;
+  int32_t num_splits;                     /* 0: chosen from the shapes */
+  const char* path;                       /* NULL or "auto": any kernel family; else its name */
+  void* stream;
+  void* workspace;
+  size_t workspace_bytes;
+  /* -- end of layout 1 (FA_KVCACHE_ARGS_SIZE_V1) -- */
+} fa_kvcache_args;
+
 /* The smallest struct_size each struct accepts: its first layout. */
 #define FA_ARGS_SIZE_V1 offsetof(fa_args, path)
 #define FA_OPTIONS_SIZE_V1 sizeof(fa_options)
+#define FA_KVCACHE_ARGS_SIZE_V1 sizeof(fa_kvcache_args)
 
 /* Fill with the defaults (no tensors, default options, path "auto") and this header's struct_size. */
 void fa_args_init(fa_args* args);
 void fa_options_init(fa_options* options);
+void fa_kvcache_args_init(fa_kvcache_args* args);
 
 int fa_forward(const fa_args* args, char* msg, size_t msg_cap);
 int fa_backward(const fa_args* args, char* msg, size_t msg_cap);
 int fa_forward_workspace_size(const fa_args* args, size_t* bytes, char* msg, size_t msg_cap);
 int fa_backward_workspace_size(const fa_args* args, size_t* bytes, char* msg, size_t msg_cap);
+int fa_kvcache_forward(const fa_kvcache_args* args, char* msg, size_t msg_cap);
+int fa_kvcache_workspace_size(const fa_kvcache_args* args, size_t* bytes, char* msg, size_t msg_cap);
 /* Kernel family that would run ("cpu", "sm80", ...), or "" when none; static storage per thread. */
 const char* fa_forward_path(const fa_args* args);
 const char* fa_backward_path(const fa_args* args);
+const char* fa_kvcache_path(const fa_kvcache_args* args);
 /* The kernel families of this build, comma-separated, in the order "auto" tries them. */
 const char* fa_families(void);
 int fa_cuda_available(void);

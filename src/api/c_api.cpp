@@ -51,9 +51,9 @@ Status read_versioned(const char* name, const T* user, std::size_t min_size, voi
   return Status::success();
 }
 
-Status options_of(const fa_args& a, AttentionOptions* o) {
+Status options_of(const fa_options* user, AttentionOptions* o) {
   fa_options c;
-  FLASHATTN_TRY(read_versioned("fa_options", a.options, FA_OPTIONS_SIZE_V1, fa_options_init, &c));
+  FLASHATTN_TRY(read_versioned("fa_options", user, FA_OPTIONS_SIZE_V1, fa_options_init, &c));
   if (c.has_softmax_scale) o->softmax_scale = c.softmax_scale;
   o->causal = c.causal != 0;
   o->window_left = c.window_left;
@@ -72,7 +72,7 @@ Status common_args(const fa_args* user, fa_args* a, AttentionArgs* c) {
   c->cu_seqlens_k = view_of(a->cu_seqlens_k);
   c->max_seqlen_q = a->max_seqlen_q;
   c->max_seqlen_k = a->max_seqlen_k;
-  FLASHATTN_TRY(options_of(*a, &c->options));
+  FLASHATTN_TRY(options_of(a->options, &c->options));
   c->path = a->path != nullptr ? a->path : "auto";
   c->stream = a->stream;
   return Status::success();
@@ -103,6 +103,32 @@ Status backward_args(const fa_args* user, BackwardArgs* b) {
   return Status::success();
 }
 
+Status kvcache_args(const fa_kvcache_args* user, KVCacheArgs* k) {
+  if (user == nullptr) return Status::invalid("args: null pointer");
+  fa_kvcache_args a;
+  FLASHATTN_TRY(read_versioned("fa_kvcache_args", user, FA_KVCACHE_ARGS_SIZE_V1, fa_kvcache_args_init, &a));
+  k->q = view_of(a.q);
+  k->k_cache = view_of(a.k_cache);
+  k->v_cache = view_of(a.v_cache);
+  k->cache_seqlens = view_of(a.cache_seqlens);
+  k->block_table = view_of(a.block_table);
+  k->cache_batch_idx = view_of(a.cache_batch_idx);
+  k->k_new = view_of(a.k_new);
+  k->v_new = view_of(a.v_new);
+  k->rotary_cos = view_of(a.rotary_cos);
+  k->rotary_sin = view_of(a.rotary_sin);
+  k->rotary_interleaved = a.rotary_interleaved != 0;
+  k->out = view_of(a.out);
+  k->lse = view_of(a.lse);
+  FLASHATTN_TRY(options_of(a.options, &k->options));
+  k->num_splits = a.num_splits;
+  k->path = a.path != nullptr ? a.path : "auto";
+  k->stream = a.stream;
+  k->workspace = a.workspace;
+  k->workspace_bytes = a.workspace_bytes;
+  return Status::success();
+}
+
 int report(const Status& s, char* msg, size_t cap) {
   if (msg != nullptr && cap > 0) {
     size_t n = s.message.size() < cap - 1 ? s.message.size() : cap - 1;
@@ -113,8 +139,8 @@ int report(const Status& s, char* msg, size_t cap) {
 }
 
 // Converts the C arguments, then calls fn(cpp_args).
-template <class Args, class Fn>
-Status call(const fa_args* a, Status (*convert)(const fa_args*, Args*), Fn fn) {
+template <class CArgs, class Args, class Fn>
+Status call(const CArgs* a, Status (*convert)(const CArgs*, Args*), Fn fn) {
   Args args;
   FLASHATTN_TRY(convert(a, &args));
   return fn(args);
@@ -139,6 +165,26 @@ void fa_args_init(fa_args* a) {
   if (a == nullptr) return;
   *a = fa_args{};
   a->struct_size = sizeof(fa_args);
+}
+
+void fa_kvcache_args_init(fa_kvcache_args* a) {
+  if (a == nullptr) return;
+  *a = fa_kvcache_args{};
+  a->struct_size = sizeof(fa_kvcache_args);
+}
+
+int fa_kvcache_forward(const fa_kvcache_args* a, char* msg, size_t cap) {
+  return report(call(a, kvcache_args, [](const KVCacheArgs& k) { return kvcache_forward(k); }), msg, cap);
+}
+int fa_kvcache_workspace_size(const fa_kvcache_args* a, size_t* bytes, char* msg, size_t cap) {
+  return report(call(a, kvcache_args, [&](const KVCacheArgs& k) { return kvcache_workspace_size(k, bytes); }), msg,
+                cap);
+}
+const char* fa_kvcache_path(const fa_kvcache_args* a) {
+  static thread_local std::string path;
+  path.clear();
+  call(a, kvcache_args, [&](const KVCacheArgs& k) { path = kvcache_path(k); return Status::success(); });
+  return path.c_str();
 }
 
 int fa_forward(const fa_args* a, char* msg, size_t cap) {

@@ -1,6 +1,7 @@
 // The PyTorch operators flashattn::fwd and flashattn::bwd, registered in C++ with a C++ autograd
-// kernel, the way PyTorch's own scaled_dot_product_attention is: a call from Python crosses into C++
-// once, and the backward runs on the autograd engine's thread without taking the GIL.
+// kernel (and the inference-only flashattn::kvcache, without one), the way PyTorch's own
+// scaled_dot_product_attention is: a call from Python crosses into C++ once, and the backward runs on
+// the autograd engine's thread without taking the GIL.
 //
 // Why C++ and not a Python autograd.Function (docs/python.md, "Host overhead"): the engine hands a
 // Python node to its device thread, which must take the GIL and run Python before the backward's
@@ -19,7 +20,9 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
+#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -321,6 +324,73 @@ std::string forward_path(const Tensor& q_in, const Tensor& k_in, const Tensor& v
   return flashattn::forward_path(a);
 }
 
+// ---- the KV-cache operator: inference only (no autograd), the caches written in place ---------------
+
+void check_optional_device(const char* name, const OptTensor& t, const Tensor& q) {
+  if (t) check_device(name, *t, q);
+}
+
+// q, k, v, rotary tables as the library takes them (a copy only when their layout needs one); the
+// caches never: the new keys and values are written into them, so they are passed as they are and a
+// layout the library cannot use is refused by name.
+OptTensor usable(const OptTensor& t) { return t ? OptTensor(usable(*t)) : std::nullopt; }
+
+std::tuple<Tensor, Tensor> kvcache(const Tensor& q_in, const Tensor& k_cache, const Tensor& v_cache,
+                                   const OptTensor& k_new_in, const OptTensor& v_new_in,
+                                   const OptTensor& rotary_cos_in, const OptTensor& rotary_sin_in,
+                                   const OptTensor& cache_seqlens_in, const OptTensor& cache_batch_idx_in,
+                                   const OptTensor& block_table_in, double softmax_scale, bool causal,
+                                   int64_t window_left, int64_t window_right, double softcap, bool rotary_interleaved,
+                                   int64_t num_splits, c10::string_view path) {
+  if (q_in.dim() != 4) refuse_rank("q", q_in, 4, false);
+  if (k_cache.dim() != 4) refuse_rank("k_cache", k_cache, 4, false);
+  if (v_cache.dim() != 4) refuse_rank("v_cache", v_cache, 4, false);
+  if (!q_in.is_cuda() && !q_in.is_cpu())
+    raise(StatusCode::invalid_argument, "q: device " + q_in.device().str() + " is not supported (cpu or cuda)");
+  check_device("k_cache", k_cache, q_in);
+  check_device("v_cache", v_cache, q_in);
+  check_optional_device("k", k_new_in, q_in);
+  check_optional_device("v", v_new_in, q_in);
+  check_optional_device("rotary_cos", rotary_cos_in, q_in);
+  check_optional_device("rotary_sin", rotary_sin_in, q_in);
+  check_optional_device("cache_seqlens", cache_seqlens_in, q_in);
+  check_optional_device("cache_batch_idx", cache_batch_idx_in, q_in);
+  check_optional_device("block_table", block_table_in, q_in);
+  const c10::OptionalDeviceGuard guard(cuda_device_of(q_in));
+  const Tensor q = usable(q_in);
+  const OptTensor k_new = usable(k_new_in), v_new = usable(v_new_in);
+  const OptTensor rotary_cos = offsets(rotary_cos_in), rotary_sin = offsets(rotary_sin_in);  // one row stride
+  const OptTensor cache_seqlens = offsets(cache_seqlens_in), cache_batch_idx = offsets(cache_batch_idx_in);
+  const OptTensor block_table = offsets(block_table_in);
+  Tensor out = empty({q.size(0), q.size(1), q.size(2), v_cache.size(3)}, q, q.scalar_type());
+  Tensor lse = empty({q.size(0), q.size(2), q.size(1)}, q, at::kFloat);
+
+  // In argument order, so the first bad tensor is the one named.
+  KVCacheArgs a;
+  a.q = view_of("q", q);
+  a.k_cache = view_of("k_cache", k_cache);
+  a.v_cache = view_of("v_cache", v_cache);
+  a.k_new = view_of("k", k_new);
+  a.v_new = view_of("v", v_new);
+  a.rotary_cos = view_of("rotary_cos", rotary_cos);
+  a.rotary_sin = view_of("rotary_sin", rotary_sin);
+  a.cache_seqlens = view_of("cache_seqlens", cache_seqlens);
+  a.cache_batch_idx = view_of("cache_batch_idx", cache_batch_idx);
+  a.block_table = view_of("block_table", block_table);
+  a.rotary_interleaved = rotary_interleaved;
+  a.out = view_of("out", out);
+  a.lse = view_of("lse", lse);
+  a.options = make_call(std::nullopt, std::nullopt, 0, 0, softmax_scale, causal, window_left, window_right, softcap,
+                        path).options;
+  a.num_splits = static_cast<int>(std::clamp<int64_t>(num_splits, -1, std::numeric_limits<int>::max()));
+  a.path = std::string(path);
+  if (q.is_cuda()) a.stream = c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(q.device()).native_handle();
+  run(
+      a, q, [](const KVCacheArgs& x, std::size_t* b) { return kvcache_workspace_size(x, b); },
+      [](const KVCacheArgs& x) { return kvcache_forward(x); });
+  return {out, lse};
+}
+
 // ---- autograd: the forward saves q, k, v, O and LSE (never P); the backward recomputes P -------------
 
 using FwdSignature = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const OptTensor&,
@@ -418,7 +488,7 @@ int last_error_code() { return g_last_error_code; }
 }  // namespace flashattn::torch_ops
 
 // Schemas: `int` windows, `SymInt` maxima (torch.compile may trace them symbolically), `float` is a
-// double. The ops neither mutate nor alias their inputs.
+// double. fwd and bwd neither mutate nor alias their inputs; kvcache writes its caches.
 TORCH_LIBRARY(flashattn, m) {
   m.def(
       "fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, SymInt max_seqlen_q, "
@@ -433,18 +503,27 @@ TORCH_LIBRARY(flashattn, m) {
       "forward_path(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, "
       "int max_seqlen_q=0, int max_seqlen_k=0, bool causal=False, str path=\"auto\") -> str",
       &flashattn::torch_ops::forward_path);
-  // The fake (meta) implementations of fwd and bwd for torch.compile live in this Python module.
+  // Attention against a KV cache (flash_attn_with_kvcache): appends k, v into the caches in place
+  // (marked mutated: a!, b!), then returns (out, lse). Inference only: no autograd kernel.
+  m.def(
+      "kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, Tensor? rotary_cos, "
+      "Tensor? rotary_sin, Tensor? cache_seqlens, Tensor? cache_batch_idx, Tensor? block_table, float softmax_scale, "
+      "bool causal, int window_left, int window_right, float softcap, bool rotary_interleaved, int num_splits, "
+      "str path=\"auto\") -> (Tensor, Tensor)");
+  // The fake (meta) implementations of fwd, bwd and kvcache for torch.compile live in this Python module.
   m.set_python_module("flashattn._ops");
 }
 
 TORCH_LIBRARY_IMPL(flashattn, CPU, m) {
   m.impl("fwd", &flashattn::torch_ops::fwd);
   m.impl("bwd", &flashattn::torch_ops::bwd);
+  m.impl("kvcache", &flashattn::torch_ops::kvcache);
 }
 
 TORCH_LIBRARY_IMPL(flashattn, CUDA, m) {
   m.impl("fwd", &flashattn::torch_ops::fwd);
   m.impl("bwd", &flashattn::torch_ops::bwd);
+  m.impl("kvcache", &flashattn::torch_ops::kvcache);
 }
 
 TORCH_LIBRARY_IMPL(flashattn, Autograd, m) { m.impl("fwd", &flashattn::torch_ops::fwd_autograd); }

@@ -20,6 +20,7 @@ from .interface import (
     flash_attn_varlen_func,
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
+    flash_attn_with_kvcache,
 )
 
 __version__ = "0.1.0"
@@ -32,6 +33,6 @@ def cuda_available() -> bool:
 
 __all__ = [
     "flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
-    "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "FlashAttnError",
+    "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "flash_attn_with_kvcache", "FlashAttnError",
     "InvalidArgumentError", "NotSupportedError", "CudaError", "cuda_available", "families", "forward_path", "__version__",
 ]

@@ -1,7 +1,8 @@
 """The library's PyTorch operators and the exceptions they raise.
 
 torch.ops.flashattn.fwd and torch.ops.flashattn.bwd are registered in C++ (csrc/torch_ops.cpp), with
-their CPU and CUDA kernels and their autograd kernel: a call crosses from Python into C++ once, and
+their CPU and CUDA kernels and their autograd kernel (torch.ops.flashattn.kvcache, inference only,
+without one): a call crosses from Python into C++ once, and
 the backward runs on the autograd engine's thread without Python, as PyTorch's own attention does
 (docs/python.md, "Host overhead"). Allocation is PyTorch's, on the current stream of q's device.
 This module adds what is Python's to add: flashattn's exception classes for the library's errors,
@@ -19,7 +20,7 @@ from torch import Tensor
 from . import _C
 
 __all__ = ["FlashAttnError", "InvalidArgumentError", "NotSupportedError", "CudaError", "attention", "fwd", "bwd",
-           "forward_path", "families"]
+           "kvcache", "forward_path", "families"]
 
 
 class FlashAttnError(RuntimeError):
@@ -111,6 +112,23 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *args) -> Tuple[Tensor, Tensor]:
         raise _library_error(e) from None
 
 
+def kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor], v: Optional[Tensor],
+            rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], cache_seqlens: Optional[Tensor],
+            cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor], softmax_scale: float, causal: bool,
+            window_left: int, window_right: int, softcap: float, rotary_interleaved: bool, num_splits: int,
+            path: str = "auto") -> Tuple[Tensor, Tensor]:
+    """(out, lse) of torch.ops.flashattn.kvcache, which first appends k, v into the caches in place;
+    raising flashattn's errors. Inference only: no gradient flows through it."""
+    try:
+        return torch.ops.flashattn.kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                                           cache_batch_idx, block_table, softmax_scale, causal, window_left,
+                                           window_right, softcap, rotary_interleaved, num_splits, path)
+    except (ValueError, NotImplementedError, RuntimeError) as e:
+        if torch.compiler.is_compiling():
+            raise
+        raise _library_error(e) from None
+
+
 # ---- torch.compile: shapes without data -----------------------------------------------------------
 
 def _out_shapes(q: Tensor, v: Tensor, varlen: bool):
@@ -140,6 +158,18 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, *options):
 def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *options):
     _check_ranks(q, k, v, cu_seqlens_q is not None or cu_seqlens_k is not None)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+@torch.library.register_fake("flashattn::kvcache")
+def _kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
+                  softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits,
+                  path="auto"):
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dim() != 4:
+            raise InvalidArgumentError(f"flashattn: {name}: rank {t.dim()} (shape {list(t.shape)}), expected 4")
+    batch, seqlen_q, heads_q, _ = q.shape
+    return (q.new_empty((batch, seqlen_q, heads_q, v_cache.shape[-1])),
+            q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32))
 
 
 def forward_path(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, path: str = "auto",

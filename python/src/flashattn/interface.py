@@ -3,8 +3,9 @@
 Layout is flash-attn's: q (batch, seqlen_q, heads, headdim), k/v (batch, seqlen_k, heads_kv, headdim);
 varlen: (total_tokens, heads, headdim) with int32 cu_seqlens. Supported: fp16/bf16 on CUDA,
 fp32/fp16/bf16 on the CPU; causal (aligned bottom-right), sliding windows, softcap, GQA/MQA.
+flash_attn_with_kvcache: contiguous or paged caches, in-place append, rotary.
 Not supported yet, and refused with NotImplementedError rather than ignored: dropout_p > 0,
-alibi_slopes, block_table (paged KV).
+alibi_slopes, cache_leftpad, block_table in the varlen forward (paged prefill).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from . import _ops
 from ._ops import InvalidArgumentError
 
 __all__ = ["flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
-           "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func"]
+           "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "flash_attn_with_kvcache"]
 
 _HEAD_DIM_MULTIPLE = 8  # the kernels take head dims that are multiples of 8; others are zero-padded
 _MAX_HEAD_DIM = 256
@@ -246,3 +247,70 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                                   softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                                   return_attn_probs, path=path)
+
+
+def _cache_seqlens(cache_seqlens, q: Tensor):
+    """cache_seqlens as the library takes it: None, an int32 tensor, or an int (every sequence)."""
+    if cache_seqlens is None or isinstance(cache_seqlens, Tensor):
+        return cache_seqlens
+    n = _integer("cache_seqlens", cache_seqlens)
+    return torch.full((q.shape[0],), n, dtype=torch.int32, device=q.device)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
+                            path="auto"):
+    """Attention of a few new queries per sequence against a KV cache (inference; no gradient).
+
+    If k and v are given, they are first written into the caches in place at positions
+    cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 (rotated first when rotary tables are given);
+    sequence b then attends to its first cache_seqlens[b] + seqlen_new keys.
+
+    Arguments:
+        q: (batch_size, seqlen_q, nheads, headdim)
+        k_cache, v_cache: (batch_size_cache, seqlen_cache, nheads_k, headdim[_v]), or with block_table
+            (num_blocks, page_block_size, nheads_k, headdim[_v]) -- any page size >= 1.
+        k, v: new keys and values (batch_size, seqlen_new, nheads_k, headdim[_v]), both or neither.
+        rotary_cos, rotary_sin: (seqlen_ro, rotary_dim / 2), rotary_dim <= headdim; applied to k at its
+            positions and to q at cache_seqlens (+ i for query i when causal or windowed).
+        cache_seqlens: int32 (batch_size,) or an int: keys already cached per sequence. Required with
+            block_table or k; without it every sequence holds seqlen_cache keys.
+        cache_batch_idx: int32 (batch_size,): the cache row of each sequence (contiguous caches only).
+        cache_leftpad: must be None (not supported yet: NotImplementedError).
+        block_table: int32 (batch_size, max_blocks_per_sequence): a paged cache.
+        softmax_scale, causal, window_size, softcap: as flash_attn_func (aligned to each sequence's keys).
+        rotary_interleaved: pairs (0, 1), (2, 3), ... if True, else (i, i + rotary_dim / 2) (GPT-NeoX).
+        alibi_slopes: must be None (not supported yet: NotImplementedError).
+        num_splits: key splits of the GPU decode kernel; 0 chooses from the shapes.
+        return_softmax_lse: also return softmax_lse (batch_size, nheads, seqlen_q) fp32.
+        path: (keyword only) the kernel family, as flash_attn_func's.
+    Returns:
+        out (batch_size, seqlen_q, nheads, headdim_v), or (out, softmax_lse) with return_softmax_lse.
+    """
+    if cache_leftpad is not None:
+        raise NotImplementedError("flashattn: cache_leftpad is not supported yet (left-padded caches); pass "
+                                  "cache_leftpad=None")
+    if alibi_slopes is not None:
+        raise NotImplementedError("flashattn: alibi_slopes is not supported yet (ALiBi bias); pass alibi_slopes=None")
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"flashattn: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if softmax_scale is None:
+        hdim = q.shape[-1] if q.dim() > 0 else 0
+        scale = hdim ** -0.5 if hdim > 0 else 1.0
+    else:
+        scale = _real("softmax_scale", softmax_scale)
+    causal = _flag("causal", causal)
+    window_left, window_right = _window(window_size, causal)
+    softcap = _real("softcap", softcap)
+    rotary_interleaved = _flag("rotary_interleaved", rotary_interleaved)
+    return_softmax_lse = _flag("return_softmax_lse", return_softmax_lse)
+    num_splits = _integer("num_splits", num_splits)
+    if type(path) is not str:
+        raise TypeError(f"flashattn: path must be a str, got {type(path).__name__} {path!r}")
+    out, lse = _ops.kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, _cache_seqlens(cache_seqlens, q),
+                            cache_batch_idx, block_table, scale, causal, window_left, window_right, softcap,
+                            rotary_interleaved, num_splits, path)
+    return (out, lse) if return_softmax_lse else out

@@ -1,0 +1,198 @@
+"""flash_attn_with_kvcache on the CPU against a plain-PyTorch reference that appends (rotating the
+new keys), rotates q and attends per sequence: out and lse by the error rule, the caches after the
+call (old rows untouched, appended rows as the reference's), paged against contiguous, errors."""
+import pytest
+import torch
+
+import flashattn
+from conftest import DEVICE_DTYPES
+from flashattn import InvalidArgumentError, flash_attn_with_kvcache
+import reference
+
+
+def rotary_tables(positions, rotary_dim, dtype, device):
+    inv_freq = 10000.0 ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
+    angles = torch.arange(positions, dtype=torch.float64).view(-1, 1) * inv_freq
+    return angles.cos().to(dtype).to(device), angles.sin().to(dtype).to(device)
+
+
+def rotate(x, cos, sin, positions, interleaved):
+    """x [n, h, d] turned to positions [n] (rows of the tables), in x's dtype."""
+    half = cos.shape[1]
+    c, s = cos[positions].to(x.dtype).unsqueeze(1), sin[positions].to(x.dtype).unsqueeze(1)
+    x = x.clone()
+    i0 = slice(0, 2 * half, 2) if interleaved else slice(0, half)
+    i1 = slice(1, 2 * half, 2) if interleaved else slice(half, 2 * half)
+    x0, x1 = x[..., i0].clone(), x[..., i1].clone()
+    x[..., i0], x[..., i1] = x0 * c - x1 * s, x0 * s + x1 * c
+    return x
+
+
+def cache_rows(cache, b, positions, cache_batch_idx, block_table):
+    """(page or row index, row within it) of sequence b's keys at `positions` (a LongTensor)."""
+    if block_table is not None:
+        page_size = cache.shape[1]
+        return block_table[b, positions // page_size].long(), positions % page_size
+    row = b if cache_batch_idx is None else int(cache_batch_idx[b])
+    return torch.full_like(positions, row), positions
+
+
+def kvcache_reference(q, k_cache, v_cache, k, v, cos, sin, cache_seqlens, cache_batch_idx, block_table, causal,
+                      window, softcap, interleaved, upcast):
+    """(out, lse, k_cache after, v_cache after): appended rows rotated in float64 (or the dtype) and
+    stored in the dtype, q rotated in float64 (or the dtype), attention per sequence."""
+    dt = torch.float64 if upcast else q.dtype
+    k_after, v_after = k_cache.clone(), v_cache.clone()
+    per_query = causal or window != (-1, -1)
+    outs, lses = [], []
+    for b in range(q.shape[0]):
+        cached, new = int(cache_seqlens[b]), 0 if k is None else k.shape[1]
+        pos_new = torch.arange(cached, cached + new)
+        if new:
+            k_new = k[b].to(dt)
+            if cos is not None:
+                k_new = rotate(k_new, cos, sin, pos_new, interleaved)
+            page, row = cache_rows(k_after, b, pos_new, cache_batch_idx, block_table)
+            k_after[page, row] = k_new.to(q.dtype)
+            v_after[page, row] = v[b]
+        page, row = cache_rows(k_after, b, torch.arange(cached + new), cache_batch_idx, block_table)
+        keys, values = k_after[page, row], v_after[page, row]
+        qb = q[b].to(dt)
+        if cos is not None:
+            pos_q = cached + (torch.arange(q.shape[1]) if per_query else torch.zeros(q.shape[1], dtype=torch.long))
+            qb = rotate(qb, cos, sin, pos_q, interleaved)
+            if not upcast:
+                qb = qb.to(q.dtype)
+        out, lse = reference.attention(qb.unsqueeze(0), keys.unsqueeze(0), values.unsqueeze(0), causal=causal,
+                                       window=window, softcap=softcap, upcast=upcast)
+        outs.append(out[0])
+        lses.append(lse[0])
+    return torch.stack(outs), torch.stack(lses), k_after, v_after
+
+
+def make_cache(batch, capacity, heads_kv, d, dv, dtype, page_size, cache_lens, new, batch_idx=False):
+    """Caches (contiguous, or paged with shuffled pages), NaN wherever no sequence holds a key."""
+    if page_size:
+        max_pages = -(-capacity // page_size)
+        pool = batch * max_pages + 2
+        k_cache = torch.full((pool, page_size, heads_kv, d), float("nan"), dtype=dtype)
+        v_cache = torch.full((pool, page_size, heads_kv, dv), float("nan"), dtype=dtype)
+        block_table = torch.randperm(pool)[:batch * max_pages].view(batch, max_pages).to(torch.int32)
+        idx = None
+    else:
+        rows = batch + 2 if batch_idx else batch
+        k_cache = torch.full((rows, capacity, heads_kv, d), float("nan"), dtype=dtype)
+        v_cache = torch.full((rows, capacity, heads_kv, dv), float("nan"), dtype=dtype)
+        block_table = None
+        idx = torch.randperm(rows)[:batch].to(torch.int32) if batch_idx else None
+    for b, n in enumerate(cache_lens):
+        page, row = cache_rows(k_cache, b, torch.arange(n), idx, block_table)
+        k_cache[page, row] = torch.randn(n, heads_kv, d).to(dtype)
+        v_cache[page, row] = torch.randn(n, heads_kv, dv).to(dtype)
+    return k_cache, v_cache, block_table, idx
+
+
+CASES = [
+    pytest.param(dict(), id="plain"),
+    pytest.param(dict(new=1), id="append1"),
+    pytest.param(dict(new=3, rotary=True, interleaved=True, seqlen_q=3, causal=True), id="append3-rotint-causal"),
+    pytest.param(dict(new=2, rotary=True, interleaved=False, rotary_dim=16), id="append2-rothalf16"),
+    pytest.param(dict(page_size=1, new=2, rotary=True), id="page1-rot"),
+    pytest.param(dict(page_size=16, new=4, seqlen_q=4, causal=True), id="page16-causal"),
+    pytest.param(dict(page_size=5, window=(6, 0), seqlen_q=2, new=2, softcap=4.0), id="page5-window-softcap"),
+    pytest.param(dict(batch_idx=True, new=1, rotary=True), id="batchidx-rot"),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("device,dtype", [p for p in DEVICE_DTYPES if p.values[0] == "cpu"])
+def test_matches_reference(device, dtype, case):
+    batch, heads_q, heads_kv, d, dv, capacity = 3, 4, 2, 32, 32, 40
+    cache_lens, new, seqlen_q = [7, 0, 30], case.get("new", 0), case.get("seqlen_q", 1)
+    k_cache, v_cache, block_table, idx = make_cache(batch, capacity, heads_kv, d, dv, dtype, case.get("page_size", 0),
+                                                    cache_lens, new, case.get("batch_idx", False))
+    q = torch.randn(batch, seqlen_q, heads_q, d).to(dtype)
+    k = torch.randn(batch, new, heads_kv, d).to(dtype) if new else None
+    v = torch.randn(batch, new, heads_kv, dv).to(dtype) if new else None
+    cos = sin = None
+    if case.get("rotary"):
+        cos, sin = rotary_tables(capacity + seqlen_q, case.get("rotary_dim", d), dtype, device)
+    seqlens = torch.tensor(cache_lens, dtype=torch.int32)
+    causal, window, softcap = case.get("causal", False), case.get("window", (-1, -1)), case.get("softcap", 0.0)
+    interleaved = case.get("interleaved", True)
+    args = (k_cache, v_cache, k, v, cos, sin, seqlens, idx, block_table, causal, window, softcap, interleaved)
+    out_ref, lse_ref, k_ref, v_ref = kvcache_reference(q, *args, upcast=True)
+    out_pt, lse_pt, _, _ = kvcache_reference(q, *args, upcast=False)
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos=cos, rotary_sin=sin, cache_seqlens=seqlens,
+                                       cache_batch_idx=idx, block_table=block_table, causal=causal, window_size=window,
+                                       softcap=softcap, rotary_interleaved=interleaved, return_softmax_lse=True)
+    reference.assert_by_rule("out", out, out_ref, out_pt, dtype)
+    reference.assert_by_rule("lse", lse, lse_ref, lse_pt, dtype)
+    # the caches: bitwise where nothing was appended (NaN stays NaN), appended rows within a rounding
+    for name, got, want in (("k_cache", k_cache, k_ref), ("v_cache", v_cache, v_ref)):
+        same = (got == want) | (got.isnan() & want.isnan())
+        if not case.get("rotary") or name == "v_cache":
+            assert bool(same.all()), f"{name}: {int((~same).sum())} elements differ from the reference's cache"
+        else:
+            tol = 2 * reference.UNIT_ROUNDOFF.get(dtype, 2.0**-24) * want.abs().double() + 1e-5
+            close = same | ((got.double() - want.double()).abs() <= tol)
+            assert bool(close.all()), f"{name}: {int((~close).sum())} elements off"
+
+
+def test_paged_equals_contiguous_bitwise():
+    torch.manual_seed(0)
+    batch, capacity, heads_kv, d = 2, 48, 2, 64
+    lens, new = [20, 44], 3
+    q = torch.randn(batch, 3, 4, d, dtype=torch.bfloat16)
+    k, v = torch.randn(batch, new, heads_kv, d, dtype=torch.bfloat16), torch.randn(batch, new, heads_kv, d, dtype=torch.bfloat16)
+    cos, sin = rotary_tables(capacity + 3, d, torch.bfloat16, "cpu")
+    kc, vc, _, _ = make_cache(batch, capacity, heads_kv, d, d, torch.bfloat16, 0, lens, new)
+    kp, vp, table, _ = make_cache(batch, capacity, heads_kv, d, d, torch.bfloat16, 16, lens, new)
+    for b, n in enumerate(lens):  # the same logical keys in both layouts
+        page, row = cache_rows(kp, b, torch.arange(n), None, table)
+        kp[page, row], vp[page, row] = kc[b, :n], vc[b, :n]
+    kw = dict(rotary_cos=cos, rotary_sin=sin, cache_seqlens=torch.tensor(lens, dtype=torch.int32), causal=True,
+              return_softmax_lse=True)
+    out_c, lse_c = flash_attn_with_kvcache(q, kc, vc, k, v, **kw)
+    out_p, lse_p = flash_attn_with_kvcache(q, kp, vp, k, v, block_table=table, **kw)
+    assert torch.equal(out_c, out_p) and torch.equal(lse_c, lse_p)
+
+
+def test_int_cache_seqlens_and_defaults():
+    k_cache, v_cache = torch.randn(2, 10, 1, 32), torch.randn(2, 10, 1, 32)
+    q = torch.randn(2, 1, 2, 32)
+    out = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=6)
+    out_ref, _ = reference.attention(q, k_cache[:, :6], v_cache[:, :6])
+    torch.testing.assert_close(out.double(), out_ref, atol=1e-5, rtol=1e-5)
+    full = flash_attn_with_kvcache(q, k_cache, v_cache)  # no cache_seqlens: the whole cache
+    torch.testing.assert_close(full.double(), reference.attention(q, k_cache, v_cache)[0], atol=1e-5, rtol=1e-5)
+
+
+def test_errors_name_the_argument():
+    k_cache, v_cache = torch.randn(4, 8, 1, 32), torch.randn(4, 8, 1, 32)
+    q = torch.randn(1, 1, 2, 32)
+    table = torch.tensor([[0, 9]], dtype=torch.int32)
+    with pytest.raises(NotImplementedError, match="cache_leftpad"):
+        flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=1, cache_leftpad=torch.zeros(1, dtype=torch.int32))
+    with pytest.raises(NotImplementedError, match="alibi_slopes"):
+        flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=1, alibi_slopes=torch.zeros(2))
+    with pytest.raises(InvalidArgumentError, match=r"block_table\[0\]\[1\] = 9"):
+        flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=torch.tensor([12], dtype=torch.int32),
+                                block_table=table)
+    with pytest.raises(InvalidArgumentError, match="cache_seqlens"):
+        flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=-1)
+    with pytest.raises(InvalidArgumentError, match="v_new"):
+        flash_attn_with_kvcache(q, k_cache[:1], v_cache[:1], k=torch.randn(1, 1, 1, 32), cache_seqlens=1)
+    before = k_cache.clone()
+    with pytest.raises(InvalidArgumentError, match="capacity"):
+        flash_attn_with_kvcache(q, k_cache[:1], v_cache[:1], torch.randn(1, 2, 1, 32), torch.randn(1, 2, 1, 32),
+                                cache_seqlens=7)
+    assert torch.equal(before, k_cache), "a refused call appended"
+
+
+def test_fake_shapes():
+    q = torch.randn(2, 3, 4, 32, device="meta")
+    k_cache, v_cache = torch.randn(2, 10, 2, 32, device="meta"), torch.randn(2, 10, 2, 16, device="meta")
+    out, lse = flashattn._ops._kvcache_fake(q, k_cache, v_cache, None, None, None, None, None, None, None, 1.0,
+                                            False, -1, -1, 0.0, True, 0)
+    assert out.shape == (2, 3, 4, 16) and lse.shape == (2, 4, 3) and lse.dtype == torch.float32

@@ -111,6 +111,8 @@ struct KVCacheParams : FwdParams {
   int64_t vn_batch_stride = 0, vn_row_stride = 0, vn_head_stride = 0;
 
   // Rotary tables (null when none): [seqlen_rotary, rotary_dim / 2], rows contiguous, of `dtype`.
+  // The positions rotated (cache_seqlens[b] + t for the appended keys, see rotary_per_query() for q)
+  // are < seqlen_rotary: checked on the host for CPU tensors; device kernels clamp them.
   const void* rotary_cos = nullptr;
   const void* rotary_sin = nullptr;
   int64_t rotary_dim = 0, seqlen_rotary = 0, rotary_row_stride = 0;

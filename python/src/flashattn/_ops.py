@@ -112,17 +112,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *args) -> Tuple[Tensor, Tensor]:
         raise _library_error(e) from None
 
 
-def kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor], v: Optional[Tensor],
-            rotary_cos: Optional[Tensor], rotary_sin: Optional[Tensor], cache_seqlens: Optional[Tensor],
-            cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor], softmax_scale: float, causal: bool,
-            window_left: int, window_right: int, softcap: float, rotary_interleaved: bool, num_splits: int,
-            path: str = "auto") -> Tuple[Tensor, Tensor]:
-    """(out, lse) of torch.ops.flashattn.kvcache, which first appends k, v into the caches in place;
-    raising flashattn's errors. Inference only: no gradient flows through it."""
+def kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, *args) -> Tuple[Tensor, Tensor]:
+    """(out, lse) of torch.ops.flashattn.kvcache(q, k_cache, v_cache, *args) (the schema's order: k, v,
+    rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table, the options, rotary_interleaved,
+    num_splits, path), which first appends k, v into the caches in place; raising flashattn's errors.
+    Inference only: no gradient flows through it."""
     try:
-        return torch.ops.flashattn.kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
-                                           cache_batch_idx, block_table, softmax_scale, causal, window_left,
-                                           window_right, softcap, rotary_interleaved, num_splits, path)
+        return torch.ops.flashattn.kvcache(q, k_cache, v_cache, *args)
     except (ValueError, NotImplementedError, RuntimeError) as e:
         if torch.compiler.is_compiling():
             raise
@@ -161,9 +157,7 @@ def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *options):
 
 
 @torch.library.register_fake("flashattn::kvcache")
-def _kvcache_fake(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table,
-                  softmax_scale, causal, window_left, window_right, softcap, rotary_interleaved, num_splits,
-                  path="auto"):
+def _kvcache_fake(q, k_cache, v_cache, *options):
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if t.dim() != 4:
             raise InvalidArgumentError(f"flashattn: {name}: rank {t.dim()} (shape {list(t.shape)}), expected 4")

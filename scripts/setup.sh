@@ -7,6 +7,9 @@ command -v g++ >/dev/null || need+=(g++)
 command -v make >/dev/null || need+=(make)
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
 [ -f /usr/include/gmock/gmock.h ] || need+=(libgmock-dev)
+# The CPU backend's tile products (src/cpu/matmul.cpp); the build falls back to its own loops without.
+command -v pkg-config >/dev/null || need+=(pkg-config)
+[ -f /usr/include/libxsmm.h ] || need+=(libxsmm-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   SUDO=""

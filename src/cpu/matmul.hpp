@@ -2,9 +2,13 @@
 // stored or transposed. Q·Kᵀ, P·V, dO·Vᵀ and dS·K are A·B with the right operand stored [k][n]
 // (Kᵀ and Vᵀ are loaded transposed for that); Pᵀ·dO and dSᵀ·Q read A transposed.
 //
-// Every element of C is accumulated in order of k, one multiply-add (fused where the target has
-// FMA) at a time: no sum is reassociated, so the compiler vectorizes along n without -ffast-math
-// and the result does not depend on the thread count.
+// matmul_acc (matmul.cpp) runs it on libxsmm's JIT micro-kernels when the build found libxsmm: they
+// are generated at run time for the CPU at hand (AVX2, AVX-512), so a build without -march=native
+// keeps the speed. Without libxsmm, or for a shape it declines, the loops below run.
+//
+// Either way every element of C is accumulated in order of k, one multiply-add (fused where the
+// target has FMA) at a time: no sum is reassociated, so the loops vectorize along n without
+// -ffast-math and the result does not depend on the thread count.
 #pragma once
 
 #include <cstdint>
@@ -58,23 +62,30 @@ inline void matmul_acc_block(float* __restrict c, int64_t ldc, MatA a, const flo
     for (int j = 0; j < kCols; ++j) c[r * ldc + j] = acc[r][j];
 }
 
-}  // namespace detail
-
-// C[m × n] += A[m × k] · B[k × n]; C and B row-major with leading dimensions ldc, ldb.
-// Blocks of 8 rows × 32 (then 16) columns take the register-blocked path; edges the row loop.
-inline void matmul_acc(float* c, int64_t ldc, MatA a, const float* b, int64_t ldb, int64_t m, int64_t n, int64_t k) {
+// The loops: blocks of 8 rows × 32 (then 16) columns take the register-blocked path; edges the
+// row loop.
+inline void matmul_acc_loops(float* c, int64_t ldc, MatA a, const float* b, int64_t ldb, int64_t m, int64_t n,
+                             int64_t k) {
   constexpr int kRows = 8, kWide = 32, kNarrow = 16;
   int64_t i = 0;
   for (; i + kRows <= m; i += kRows) {
     float* c_rows = c + i * ldc;
     const MatA a_rows = a.rows_from(i);
     int64_t j = 0;
-    for (; j + kWide <= n; j += kWide) detail::matmul_acc_block<kRows, kWide>(c_rows + j, ldc, a_rows, b + j, ldb, k);
-    for (; j + kNarrow <= n; j += kNarrow)
-      detail::matmul_acc_block<kRows, kNarrow>(c_rows + j, ldc, a_rows, b + j, ldb, k);
-    if (j < n) detail::matmul_acc_rows(c_rows + j, ldc, a_rows, b + j, ldb, kRows, n - j, k);
+    for (; j + kWide <= n; j += kWide) matmul_acc_block<kRows, kWide>(c_rows + j, ldc, a_rows, b + j, ldb, k);
+    for (; j + kNarrow <= n; j += kNarrow) matmul_acc_block<kRows, kNarrow>(c_rows + j, ldc, a_rows, b + j, ldb, k);
+    if (j < n) matmul_acc_rows(c_rows + j, ldc, a_rows, b + j, ldb, kRows, n - j, k);
   }
-  if (i < m) detail::matmul_acc_rows(c + i * ldc, ldc, a.rows_from(i), b, ldb, m - i, n, k);
+  if (i < m) matmul_acc_rows(c + i * ldc, ldc, a.rows_from(i), b, ldb, m - i, n, k);
 }
+
+}  // namespace detail
+
+// C[m × n] += A[m × k] · B[k × n]; C and B row-major with leading dimensions ldc, ldb.
+void matmul_acc(float* c, int64_t ldc, MatA a, const float* b, int64_t ldb, int64_t m, int64_t n, int64_t k);
+
+// What runs matmul_acc, for the benchmark's record: "libxsmm <target>" (e.g. "libxsmm hsw" for
+// AVX2, "libxsmm skx" for AVX-512) or "loops".
+const char* matmul_engine();
 
 }  // namespace flashattn::cpu

@@ -38,6 +38,7 @@
 
 #include "api/validate.hpp"
 #include "cpu/convert.hpp"
+#include "cpu/matmul.hpp"
 #include "cpu/reference.hpp"
 #include "flashattn/flashattn.hpp"
 
@@ -497,10 +498,12 @@ int main(int argc, char** argv) {
       run_command("git -C '" + src + "' status --porcelain -- src/cpu src/api include CMakeLists.txt 2>/dev/null");
   const std::vector<double> load_start = load_avg();
   const std::string cpu = cpu_model();
+  const std::string matmul = fa::cpu::matmul_engine();  // what runs the tile products (matmul.hpp)
   const unsigned cores = static_cast<unsigned>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
 
-  std::printf("bench_cpu: %s, %u cores, threads %s, commit %s%s, load %.2f %.2f %.2f\n", cpu.c_str(), cores,
-              threads_str.c_str(), commit.c_str(), dirty.empty() ? "" : " (+ uncommitted CPU-side changes)",
+  std::printf("bench_cpu: %s, %u cores, tile products on %s, threads %s, commit %s%s, load %.2f %.2f %.2f\n",
+              cpu.c_str(), cores, matmul.c_str(), threads_str.c_str(), commit.c_str(),
+              dirty.empty() ? "" : " (+ uncommitted CPU-side changes)",
               load_start[0], load_start[1], load_start[2]);
   std::printf(
       "batch %lld, heads %lld; GFLOP/s = (4·b·h·s²·d, /2 causal, ×2.5 bwd) / median time; naive = "
@@ -627,7 +630,8 @@ int main(int argc, char** argv) {
   if (!o.out.empty()) {
     std::ofstream f(o.out);
     if (!f) die("cannot write " + o.out);
-    f << "{\"gpu\": null, \"cpu\": \"" << json_escape(cpu) << "\", \"cores\": " << cores << ", \"threads\": ["
+    f << "{\"gpu\": null, \"cpu\": \"" << json_escape(cpu) << "\", \"cpu_matmul\": \"" << json_escape(matmul)
+      << "\", \"cores\": " << cores << ", \"threads\": ["
       << threads_str << "]"
       << ",\n \"commit\": \"" << commit << "\", \"tree_dirty\": " << (dirty.empty() ? "false" : "true")
       << ", \"date\": \"" << today() << "\",\n \"load_avg\": [" << num(load_start[0], 3) << ", "

@@ -1,6 +1,7 @@
 // Unit tests of the CPU backend's building blocks against plain double-precision computations:
 // exp_poly and tanh_poly at the ulp limits their header states (with special values), the row
-// reductions at every tail length, and the visible-keys rule (VisibleKeys) by brute force.
+// reductions at every tail length, the tile product matmul_acc (libxsmm or the loops) on the
+// backend's operand layouts, and the visible-keys rule (VisibleKeys) by brute force.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "cpu/mask.hpp"
+#include "cpu/matmul.hpp"
 #include "cpu/row_ops.hpp"
 
 namespace fa_test {
@@ -116,6 +118,48 @@ TEST(RowOps, EveryTailLength) {
   }
   EXPECT_EQ(cpu::row_max(nullptr, 0), -kInf);
   EXPECT_EQ(cpu::row_sum(nullptr, 0), 0.f);
+}
+
+// matmul_acc, whatever runs it (cpu::matmul_engine()), against a double-precision product: C += A·B
+// into a C that already holds values, for A as stored, A transposed (the backward's Pᵀ·dO, dSᵀ·Q) and
+// A with no unit stride (the loops' fallback), on full tiles, edge tiles and leading dimensions wider
+// than the tile. Each element is a k-term sum plus C's old value, so its error is at most
+// (k + 1)·u·(|C| + Σ|a·b|).
+TEST(MatmulAcc, MatchesDoublePrecisionOnTileLayouts) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  struct Shape { int64_t m, n, k; };
+  const Shape shapes[] = {{64, 64, 64}, {64, 128, 64}, {64, 64, 128}, {37, 64, 64}, {64, 23, 128}, {5, 7, 3}, {1, 1, 1}};
+  enum class Layout { stored, transposed, strided };
+  for (const Shape& sh : shapes) {
+    for (Layout layout : {Layout::stored, Layout::transposed, Layout::strided}) {
+      const int64_t ld_a = (layout == Layout::stored ? sh.k : sh.m) + 3, ldb = sh.n + 5, ldc = sh.n + 2;
+      std::vector<float> a_buf(2 * (sh.m + 3) * (sh.k + 3)), b(sh.k * ldb), c(sh.m * ldc);
+      for (float& x : a_buf) x = normal(rng);
+      for (float& x : b) x = normal(rng);
+      for (float& x : c) x = normal(rng);
+      const cpu::MatA a = layout == Layout::stored       ? cpu::as_stored(a_buf.data(), ld_a)
+                          : layout == Layout::transposed ? cpu::transposed(a_buf.data(), ld_a)
+                                                         : cpu::MatA{a_buf.data(), 2 * (sh.k + 3), 2};
+      const std::vector<float> c0 = c;
+      cpu::matmul_acc(c.data(), ldc, a, b.data(), ldb, sh.m, sh.n, sh.k);
+      const double u = std::numeric_limits<float>::epsilon() / 2;
+      for (int64_t i = 0; i < sh.m; ++i) {
+        for (int64_t j = 0; j < sh.n; ++j) {
+          double ref = c0[i * ldc + j], mag = std::fabs(ref);
+          for (int64_t kk = 0; kk < sh.k; ++kk) {
+            const double term = double(a(i, kk)) * b[kk * ldb + j];
+            ref += term, mag += std::fabs(term);
+          }
+          ASSERT_LE(std::fabs(c[i * ldc + j] - ref), (sh.k + 1) * u * mag)
+              << cpu::matmul_engine() << ", m n k " << sh.m << " " << sh.n << " " << sh.k << ", layout "
+              << int(layout) << ", element " << i << "," << j;
+        }
+      }
+      for (int64_t i = 0; i < sh.m; ++i)  // the padding between rows of C is never written
+        for (int64_t j = sh.n; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], c0[i * ldc + j]);
+    }
+  }
 }
 
 // The mask rule by brute force: row i of len_q sees key j of len_k iff

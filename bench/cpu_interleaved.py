@@ -1,0 +1,92 @@
+"""flashattn's CPU backend and PyTorch's CPU SDPA timed interleaved in one process, with any number of
+flashattn builds side by side (each a libflashattn_c.so loaded through the C ABI), for before/after
+comparisons on a shared machine: every round calls each implementation once (order alternating), a
+short sleep between calls lets the other OpenMP runtime's threads go idle, and the table gives the
+median and the best time of the rounds. Forward by default, --bwd for the backward alone (torch:
+autograd.grad of SDPA with retain_graph). Inputs [batch, seqlen, heads, d] for flashattn, contiguous
+[batch, heads, seqlen, d] copies for torch; the last column checks flashattn's out (dq) against torch's.
+
+  OMP_NUM_THREADS=2 python bench/cpu_interleaved.py --lib before=/tmp/a/libflashattn_c.so \
+      --lib after=build/libflashattn_c.so --dtypes f32,bf16 --seqlens 1024,2048,4096
+
+Used for docs/cpu-benchmark.md's comparison with PyTorch; bench_cpu + cpu_torch_sdpa.py remain the
+JSON record.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch
+import torch.nn.functional as F
+from flashattn_ctypes import FlashAttn
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--lib", action="append", default=[], help="label=path")
+ap.add_argument("--seqlens", default="1024,4096")
+ap.add_argument("--hdims", default="64,128")
+ap.add_argument("--dtypes", default="f32,bf16")
+ap.add_argument("--causal", default="0,1")
+ap.add_argument("--heads", type=int, default=2)
+ap.add_argument("--batch", type=int, default=1)
+ap.add_argument("--threads", type=int, default=2)
+ap.add_argument("--rounds", type=int, default=7)
+ap.add_argument("--bwd", action="store_true")
+a = ap.parse_args()
+torch.set_num_threads(a.threads)
+libs = [(s.split("=")[0], FlashAttn(s.split("=")[1])) for s in a.lib]
+DT = {"f32": torch.float32, "bf16": torch.bfloat16}
+print(f"threads {a.threads}, batch {a.batch}, heads {a.heads}, load {open('/proc/loadavg').read().split()[:3]}")
+hdr = ["dtype", "hd", "seq", "causal"] + [f"{l} GF/s med(min ms)" for l, _ in libs] + ["torch GF/s med(min ms)"] + [f"{l}/torch" for l, _ in libs]
+print(" | ".join(hdr))
+for dt in a.dtypes.split(","):
+    for d in map(int, a.hdims.split(",")):
+        for s in map(int, a.seqlens.split(",")):
+            for c in map(int, a.causal.split(",")):
+                g = torch.Generator().manual_seed(s + d)
+                q, k, v = (torch.randn(a.batch, s, a.heads, d, generator=g).to(DT[dt]) for _ in range(3))
+                out = torch.empty_like(q)
+                lse = torch.empty(a.batch, a.heads, s, dtype=torch.float32)
+                qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+                fns = []
+                if not a.bwd:
+                    for label, fa in libs:
+                        args = fa.args(q, k, v, out=out, lse=lse, causal=bool(c))
+                        fns.append((label, (lambda fa=fa, args=args: fa.forward(args))))
+                    with torch.no_grad():
+                        fns.append(("torch", lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(c))))
+                else:
+                    dout = torch.randn(a.batch, s, a.heads, d, generator=g).to(DT[dt])
+                    grads = []; keep = []
+                    for label, fa in libs:
+                        o_l, lse_l = torch.empty_like(q), torch.empty(a.batch, a.heads, s, dtype=torch.float32)
+                        fa.forward(fa.args(q, k, v, out=o_l, lse=lse_l, causal=bool(c)))
+                        dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
+                        grads.append(dq); keep.append((o_l, lse_l, dq, dk, dv))
+                        args = fa.args(q, k, v, out=o_l, lse=lse_l, dout=dout, dq=dq, dk=dk, dv=dv, causal=bool(c))
+                        fns.append((label, (lambda fa=fa, args=args: fa.backward(args))))
+                    qg, kg, vg = (x.clone().requires_grad_(True) for x in (qt, kt, vt))
+                    og = F.scaled_dot_product_attention(qg, kg, vg, is_causal=bool(c))
+                    dot = dout.transpose(1, 2).contiguous()
+                    fns.append(("torch", lambda: torch.autograd.grad(og, (qg, kg, vg), dot, retain_graph=True)))
+                times = {l: [] for l, _ in fns}
+                for r in range(a.rounds + 1):
+                    order = fns if r % 2 == 0 else fns[::-1]
+                    for l, f in order:
+                        time.sleep(0.005)
+                        t0 = time.perf_counter(); f(); t = time.perf_counter() - t0
+                        if r > 0: times[l].append(t)
+                with torch.no_grad():
+                    if a.bwd:
+                        dq_t = torch.autograd.grad(og, (qg,), dot, retain_graph=True)[0].transpose(1, 2)
+                        err = (grads[-1].float() - dq_t.float()).abs().max().item()
+                    else:
+                        o_t = F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(c)).transpose(1, 2)
+                        err = (out.float() - o_t.float()).abs().max().item()
+                flops = 4.0 * a.batch * a.heads * s * s * d * (0.5 if c else 1.0) * (2.5 if a.bwd else 1.0)
+                med = {l: statistics.median(t) for l, t in times.items()}
+                mn = {l: min(t) for l, t in times.items()}
+                row = [dt, str(d), str(s), str(c)] + [f"{flops/med[l]*1e-9:.0f} ({mn[l]*1e3:.1f})" for l, _ in fns] + [f"{med['torch']/med[l]:.2f}x" for l, _ in libs]
+                print(" | ".join(row) + f"  err {err:.1e}", flush=True)

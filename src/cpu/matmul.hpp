@@ -6,9 +6,11 @@
 // are generated at run time for the CPU at hand (AVX2, AVX-512), so a build without -march=native
 // keeps the speed. Without libxsmm, or for a shape it declines, the loops below run.
 //
-// Either way every element of C is accumulated in order of k, one multiply-add (fused where the
-// target has FMA) at a time: no sum is reassociated, so the loops vectorize along n without
-// -ffast-math and the result does not depend on the thread count.
+// The loops accumulate every element of C in order of k, one multiply-add (fused where the target
+// has FMA) at a time: no sum is reassociated, so they vectorize along n without -ffast-math.
+// libxsmm's kernels accumulate along k in registers too (bitwise equal to the loops on AVX2, see
+// docs/cpu-benchmark.md). Either way a kernel depends only on the shape, so the result does not
+// depend on the thread count.
 #pragma once
 
 #include <cstdint>

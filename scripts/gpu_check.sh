@@ -6,7 +6,7 @@
 #   STEPS=build,test,sanitize,bench,cli scripts/gpu_check.sh OUT_DIR
 # Environment: BUILD_DIR (default build-gpu; reused when it exists), CUDA_ARCHS (default: the
 # visible GPU's, e.g. 90a on Hopper), JOBS, TEST_FILTER (ctest -R regex; default all: CPU cases take seconds on 16 cores),
-# SANITIZE_FILTER (gtest filter of the sanitizer subset of diff_test), SANITIZE_SPLIT_FILTER (the
+# SANITIZE_FILTER (gtest filter of the sanitizer subset of diff_test), SANITIZE_KV_FILTER (of kvcache_test), SANITIZE_SPLIT_FILTER (the
 # subset rerun with the grid planned for 3 SMs, --sms=3, so that the backward splits its tail), BENCH_ARGS (extra bench_gpu.py flags),
 # CTEST_JOBS (default 4), SWEEP_CONFIGS / SWEEP_PROCS / SWEEP_SEED (the differential sweep), PY_INSTALL (default 1; 0: the Python package is already installed, e.g. by a
 # pip install run in the background during the build).
@@ -19,6 +19,8 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 JOBS=${JOBS:-$(nproc)}
 TEST_FILTER=${TEST_FILTER:-.}
 SANITIZE_FILTER=${SANITIZE_FILTER:-All/Diff.*/sm80_b2_q129_k127_h4x2_d128_f16*:All/Diff.*/sm80_varlen_q5_0_130_77_k9_40_0_201_h4x2_d64_bf16:All/Diff.*/sm80_b1_q200_k100_h2x2_d64_bf16_causal_det:All/Diff.*/sm80_b2_q272_k203_h4x2_d192_bf16_causal:All/Diff.*/sm80_b2_q133_k150_h2x2_d64_bf16_cap30:All/Diff.Forward/sm90_b2_q129_k127_h4x2_d128_f16*:All/Diff.Forward/sm90_varlen_q5_0_130_77_k9_40_0_201_h4x2_d64_bf16:All/Diff.Forward/sm90_b2_q272_k203_h4x2_d192_bf16_causal:All/Diff.Forward/sm90_b2_q133_k150_h2x2_d64_bf16_cap30}
+# The KV-cache call on the decode family, garbage device indices included (kvcache_test).
+SANITIZE_KV_FILTER=${SANITIZE_KV_FILTER:-All/KVCache.*/decode_*:All/KVCacheBadIndices.*/decode_*:All/PagedEqualsContiguous.*/decode_*}
 SANITIZE_SPLIT_FILTER=${SANITIZE_SPLIT_FILTER:-All/Diff.Backward/sm80_b2_q129_k127_h4x2_d128_f16:All/Diff.Backward/sm80_b1_q1023_k777_h2x1_d64_bf16_permuted:All/Diff.Backward/sm80_b1_q1000_k300_h2x1_d256_bf16}
 # The commit: as given, else the snapshot's (device_snapshot.sh writes COMMIT), else git's.
 COMMIT=${FLASHATTN_COMMIT:-$(cat COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)}
@@ -68,6 +70,12 @@ if has sanitize; then
       rc=$?
       status[sanitize_$tool]=$(( ${status[sanitize_$tool]:-0} | rc ))
     done
+    if [ -x "$BUILD_DIR/tests/kvcache_test" ]; then
+      compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD_DIR/tests/kvcache_test" \
+        --gtest_filter="$SANITIZE_KV_FILTER" >>"$OUT/sanitize_$tool.log" 2>&1
+      rc=$?
+      status[sanitize_$tool]=$(( ${status[sanitize_$tool]:-0} | rc ))
+    fi
     tail -3 "$OUT/sanitize_$tool.log"
   done
 fi

@@ -143,5 +143,40 @@ INSTANTIATE_TEST_SUITE_P(All, PagedEqualsContiguous,
                                   std::to_string(std::get<1>(info.param));
                          });
 
+// A device family cannot read the index arrays on the host without a synchronization, so it clamps
+// them (src/backend/params.hpp): garbage lengths, pages and cache rows give an unspecified result but
+// never a fault, an error, or a byte written outside the caches' and outputs' views. The host
+// families refuse such values instead (kvcache_bad_input_test.cpp). scripts/gpu_check.sh runs this
+// case under compute-sanitizer's memcheck, which shows any read out of bounds.
+class KVCacheBadIndices : public ::testing::TestWithParam<std::tuple<Backend, int64_t>> {};
+
+TEST_P(KVCacheBadIndices, ClampedOnTheDevice) {
+  const auto& [backend, page] = GetParam();
+  if (backend.on_host()) GTEST_SKIP() << "host tensors: the index values are checked (kvcache_bad_input_test)";
+  FA_REQUIRE_BACKEND(backend);
+  KVCase c = KVCase::decode({300, 77, 0, 513}, 520, 4, 2, 64).append(2).rotate(Rotary::interleaved).q_rows(2);
+  c = page ? c.paged(page) : c.indexed();
+  Rng rng;
+  KVProblem p = make_kv_problem(c, rng);
+  const int32_t huge = 1 << 30;
+  p.cache_seqlens.fill_i32({-7, huge, 519, 3});  // negative, past the capacity, no room to append, fine
+  if (page) {
+    for (int64_t i : {int64_t{0}, int64_t{3}}) p.block_table.set({1, i}, -1);
+    p.block_table.set({2, 0}, huge);
+  } else {
+    p.cache_batch_idx.fill_i32({-1, huge, 2, 0});
+  }
+  FA_RUN_OR_SKIP(run_kvcache(backend, p));
+  for (const HostTensor* t : {&p.out, &p.lse, &p.k_cache, &p.v_cache}) EXPECT_EQ(t->gap_bytes_changed(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, KVCacheBadIndices,
+                         ::testing::Combine(::testing::ValuesIn(all_backends()), ::testing::Values(0, 16)),
+                         [](const ::testing::TestParamInfo<std::tuple<Backend, int64_t>>& info) {
+                           const int64_t page = std::get<1>(info.param);
+                           return std::string(to_string(std::get<0>(info.param))) +
+                                  (page ? "_page" + std::to_string(page) : std::string("_contiguous"));
+                         });
+
 }  // namespace
 }  // namespace fa_test

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import flashattn
-from conftest import DEVICE_DTYPES
+from conftest import DEVICE_DTYPES, needs_cuda
 from flashattn import InvalidArgumentError, flash_attn_with_kvcache
 import reference
 
@@ -104,8 +104,16 @@ CASES = [
 ]
 
 
+def on(device, *tensors):
+    return [None if t is None else t.to(device) for t in tensors]
+
+
+# The GPU runs the decode family by name: it is not yet chosen by path="auto" (docs/kvcache.md).
+PATH = {"cpu": "auto", "cuda": "decode"}
+
+
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("device,dtype", [p for p in DEVICE_DTYPES if p.values[0] == "cpu"])
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
 def test_matches_reference(device, dtype, case):
     batch, heads_q, heads_kv, d, dv, capacity = 3, 4, 2, 32, 32, 40
     cache_lens, new, seqlen_q = [7, 0, 30], case.get("new", 0), case.get("seqlen_q", 1)
@@ -116,20 +124,23 @@ def test_matches_reference(device, dtype, case):
     v = torch.randn(batch, new, heads_kv, dv).to(dtype) if new else None
     cos = sin = None
     if case.get("rotary"):
-        cos, sin = rotary_tables(capacity + seqlen_q, case.get("rotary_dim", d), dtype, device)
+        cos, sin = rotary_tables(capacity + seqlen_q, case.get("rotary_dim", d), dtype, "cpu")
     seqlens = torch.tensor(cache_lens, dtype=torch.int32)
     causal, window, softcap = case.get("causal", False), case.get("window", (-1, -1)), case.get("softcap", 0.0)
     interleaved = case.get("interleaved", True)
     args = (k_cache, v_cache, k, v, cos, sin, seqlens, idx, block_table, causal, window, softcap, interleaved)
     out_ref, lse_ref, k_ref, v_ref = kvcache_reference(q, *args, upcast=True)
     out_pt, lse_pt, _, _ = kvcache_reference(q, *args, upcast=False)
-    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos=cos, rotary_sin=sin, cache_seqlens=seqlens,
-                                       cache_batch_idx=idx, block_table=block_table, causal=causal, window_size=window,
-                                       softcap=softcap, rotary_interleaved=interleaved, return_softmax_lse=True)
-    reference.assert_by_rule("out", out, out_ref, out_pt, dtype)
-    reference.assert_by_rule("lse", lse, lse_ref, lse_pt, dtype)
+    qd, kcd, vcd, kd, vd, cosd, sind, seqd, idxd, tabled = on(device, q, k_cache, v_cache, k, v, cos, sin, seqlens, idx,
+                                                               block_table)
+    out, lse = flash_attn_with_kvcache(qd, kcd, vcd, kd, vd, rotary_cos=cosd, rotary_sin=sind, cache_seqlens=seqd,
+                                       cache_batch_idx=idxd, block_table=tabled, causal=causal, window_size=window,
+                                       softcap=softcap, rotary_interleaved=interleaved, return_softmax_lse=True,
+                                       path=PATH[device])
+    reference.assert_by_rule("out", out.cpu(), out_ref, out_pt, dtype)
+    reference.assert_by_rule("lse", lse.cpu(), lse_ref, lse_pt, dtype)
     # the caches: bitwise where nothing was appended (NaN stays NaN), appended rows within a rounding
-    for name, got, want in (("k_cache", k_cache, k_ref), ("v_cache", v_cache, v_ref)):
+    for name, got, want in (("k_cache", kcd.cpu(), k_ref), ("v_cache", vcd.cpu(), v_ref)):
         same = (got == want) | (got.isnan() & want.isnan())
         if not case.get("rotary") or name == "v_cache":
             assert bool(same.all()), f"{name}: {int((~same).sum())} elements differ from the reference's cache"
@@ -137,6 +148,57 @@ def test_matches_reference(device, dtype, case):
             tol = 2 * reference.UNIT_ROUNDOFF.get(dtype, 2.0**-24) * want.abs().double() + 1e-5
             close = same | ((got.double() - want.double()).abs() <= tol)
             assert bool(close.all()), f"{name}: {int((~close).sum())} elements off"
+
+
+def decode_problem(batch, cache_len, heads_q, heads_kv, d, dtype, page_size=0, seed=0):
+    """A decode step at inference scale: one query token, GQA, every sequence `cache_len` keys."""
+    torch.manual_seed(seed)
+    k_cache, v_cache, table, _ = make_cache(batch, cache_len + 1, heads_kv, d, d, dtype, page_size,
+                                            [cache_len] * batch, 1)
+    q = torch.randn(batch, 1, heads_q, d).to(dtype)
+    k, v = torch.randn(batch, 1, heads_kv, d).to(dtype), torch.randn(batch, 1, heads_kv, d).to(dtype)
+    seqlens = torch.full((batch,), cache_len, dtype=torch.int32)
+    return q, k_cache, v_cache, k, v, seqlens, table
+
+
+@needs_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_splits", [1, 3, 0])
+@pytest.mark.parametrize("page_size", [0, 16, 256])
+def test_decode_splits_and_pages_match_reference(num_splits, page_size):
+    dtype = torch.bfloat16
+    q, k_cache, v_cache, k, v, seqlens, table = decode_problem(2, 3000, 32, 8, 128, dtype, page_size)
+    args = (k_cache, v_cache, k, v, None, None, seqlens, None, table, False, (-1, -1), 0.0, True)
+    out_ref, lse_ref, _, _ = kvcache_reference(q, *args, upcast=True)
+    out_pt, lse_pt, _, _ = kvcache_reference(q, *args, upcast=False)
+    qd, kcd, vcd, kd, vd, seqd, tabled = on("cuda", q, k_cache, v_cache, k, v, seqlens, table)
+    out, lse = flash_attn_with_kvcache(qd, kcd, vcd, kd, vd, cache_seqlens=seqd, block_table=tabled,
+                                       num_splits=num_splits, return_softmax_lse=True, path="decode")
+    reference.assert_by_rule("out", out.cpu(), out_ref, out_pt, dtype)
+    reference.assert_by_rule("lse", lse.cpu(), lse_ref, lse_pt, dtype)
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_decode_captured_in_a_cuda_graph_replays_exactly():
+    """No synchronization and no allocation in the call: a CUDA graph captures it, and a replay with
+    new inputs copied in gives what an eager call gives on them (bitwise)."""
+    dtype = torch.bfloat16
+    q, k_cache, v_cache, _, _, seqlens, table = decode_problem(4, 1000, 16, 4, 64, dtype, 16, seed=1)
+    qd, kcd, vcd, seqd, tabled = on("cuda", q, k_cache, v_cache, seqlens, table)
+    kw = dict(cache_seqlens=seqd, block_table=tabled, return_softmax_lse=True, path="decode")
+    flash_attn_with_kvcache(qd, kcd, vcd, **kw)  # warm-up: one-time host work before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_g, lse_g = flash_attn_with_kvcache(qd, kcd, vcd, **kw)
+    qd.copy_(torch.randn_like(qd))
+    seqd.copy_(torch.tensor([999, 5, 640, 1], dtype=torch.int32))
+    graph.replay()
+    out_e, lse_e = flash_attn_with_kvcache(qd, kcd, vcd, **kw)
+    torch.cuda.synchronize()
+    assert torch.equal(out_g, out_e) and torch.equal(lse_g, lse_e)
+    assert not out_g.isnan().any()
 
 
 def test_paged_equals_contiguous_bitwise():

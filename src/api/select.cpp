@@ -9,7 +9,8 @@ namespace flashattn {
 // only on compute capability 9.0 and only the forward (and not varlen yet); whatever it refuses,
 // "auto" finds in the next family.
 const std::vector<const Family*>& family_table() {
-  static const std::vector<const Family*> kFamilies = {&cuda::sm90_family(), &cuda::sm80_family(), &cpu::family()};
+  static const std::vector<const Family*> kFamilies = {&cuda::sm90_family(), &cuda::sm80_family(),
+                                                       &cuda::decode_family(), &cpu::family()};
   return kFamilies;
 }
 
@@ -31,6 +32,7 @@ Status select_in_table(const Params& p, std::string_view path, Plan* plan) {
   bool named = false, tried = false;
   for (const Family* f : family_table()) {
     if (!is_auto(path) && path != f->name) continue;
+    if (is_auto(path) && !f->in_auto) continue;
     named = true;
     if (f->device != p.device) {
       if (!is_auto(path)) {

@@ -51,6 +51,9 @@ struct Family {
   Direction<FwdParams> forward;
   Direction<BwdParams> backward;
   Direction<KVCacheParams> kvcache;  // a family may leave a direction empty: select() skips it
+  // false: chosen only when a call names it (path = name), never by "auto" -- a family whose
+  // kernels have not yet passed their tests on a GPU stays out of users' way until they have.
+  bool in_auto = true;
 };
 
 template <class Params>

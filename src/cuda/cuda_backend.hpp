@@ -14,4 +14,8 @@ const Family& sm80_family();
 // Hopper (sm_90a: TMA, mbarrier, wgmma): compute capability 9.0 only; forward only so far.
 const Family& sm90_family();
 
+// The KV-cache call (split-KV decode over contiguous or paged caches): sm_80 and later; only the
+// kvcache direction. Chosen only when named until its tests have passed on a GPU (Family::in_auto).
+const Family& decode_family();
+
 }  // namespace flashattn::cuda

@@ -29,4 +29,9 @@ const Family& sm90_family() {
   return kSm90;
 }
 
+const Family& decode_family() {
+  static const Family kDecode{"decode", Device::cuda, {}, {}, {no_cuda<KVCacheParams>, never_run<KVCacheParams>}, false};
+  return kDecode;
+}
+
 }  // namespace flashattn::cuda

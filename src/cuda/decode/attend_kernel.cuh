@@ -1,0 +1,313 @@
+// The decode family's attention kernel: split-KV (Flash-Decoding) over a KV cache.
+//
+// A thread block owns kBlockM = 16 packed query rows of one kv head of one sequence (the group's
+// query heads × the call's few query tokens, params.cuh) and one split of that sequence's visible
+// key blocks. The four warps take one 16-key slice each of every key block, so the block reads each
+// K/V byte once for all the rows that need it. Per key block, per warp:
+//   S = Q·Kᵀ (mma.sync) → score transform (scale / soft cap) → mask (packed rows: row r is query
+//   r / group_size) → online softmax update → P·V into the warp's fp32 output.
+// K/V blocks stream through kStages shared-memory stages with cp.async (16-byte chunks, rows past
+// the sequence and columns past the head dim zero-filled, never read), each row found through the
+// cache's row addressing (contiguous or block-table pages, clamped: params.cuh).
+// At the end the warps merge their (max, sum, output) per row through shared memory, exactly as the
+// combine kernel merges splits; the block writes the final O and LSE when there is one split, else
+// its fp32 partial output and LSE (−inf for an empty split) for combine.cu.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/mask.cuh"
+#include "cuda/common/scores.cuh"
+#include "cuda/decode/params.cuh"
+#include "cuda/decode/shape.cuh"
+#include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/ldmatrix.cuh"
+#include "cuda/sm80/softmax.cuh"
+#include "cuda/sm80/tile_io.cuh"
+#include "cuda/sm80/warp_gemm.cuh"
+
+namespace flashattn::cuda::decode {
+
+// Which rows, keys and split a thread block owns.
+struct AttendWork {
+  int b, h_kv, split;
+  int r0, rows;           // packed rows [r0, r0 + rows)
+  int i_first, i_last;    // the queries of those rows
+  Mask mask;              // of sequence b
+  int n_begin, n_end;     // this split's key blocks
+};
+
+
+
+// blockIdx = (split, m_block + num_m_blocks·h_kv, b). A sequence's visible key blocks are divided
+// evenly over the splits (at least kMinBlocksPerSplit each), by its real length: a split past the
+// end is empty and only reports so.
+template <class Traits>
+__device__ __forceinline__ AttendWork attend_work(const AttendParams& p) {
+  constexpr int kMinBlocksPerSplit = 2;
+  AttendWork w;
+  w.split = static_cast<int>(blockIdx.x);
+  w.h_kv = static_cast<int>(blockIdx.y) / p.num_m_blocks;
+  w.b = static_cast<int>(blockIdx.z);
+  w.r0 = (static_cast<int>(blockIdx.y) % p.num_m_blocks) * Traits::kBlockM;
+  w.rows = imin(Traits::kBlockM, p.packed_rows - w.r0);
+  w.i_first = w.r0 / p.group_size;
+  w.i_last = (w.r0 + w.rows - 1) / p.group_size;
+  w.mask.seqlen_q = p.seqlen_q;
+  w.mask.seqlen_k = p.index.keys(w.b);
+  w.mask.left = p.window_left;
+  w.mask.right = p.window_right;
+  const int first = w.mask.n_block_begin(w.i_first, Traits::kBlockN);
+  const int last = w.mask.n_block_end(w.i_first, w.i_last - w.i_first + 1, Traits::kBlockN);
+  const int per = imax(ceil_div(imax(last - first, 0), p.num_splits), kMinBlocksPerSplit);
+  w.n_begin = first + w.split * per;
+  w.n_end = imin(w.n_begin + per, last);
+  return w;
+}
+
+// Q's packed rows → shared memory (cp.async; rows past the tile's and columns past hdim_qk zeroed).
+template <class Traits>
+__device__ __forceinline__ void load_q(const AttendParams& p, const AttendWork& w, uint32_t s_q, int tid) {
+  using QTile = typename Traits::QTile;
+  for (int c = tid; c < Traits::kBlockM * QTile::kChunksPerRow; c += Traits::kThreads) {
+    const int row = c / QTile::kChunksPerRow, chunk = c % QTile::kChunksPerRow;
+    const uint32_t dst = s_q + QTile::chunk_offset(row, chunk);
+    if (row < w.rows && chunk * kChunkElems < p.hdim_qk) {
+      const int r = w.r0 + row, i = r / p.group_size, h = w.h_kv * p.group_size + r % p.group_size;
+      const int64_t off = int64_t{w.b} * p.q_batch_stride + int64_t{i} * p.q_row_stride + int64_t{h} * p.q_head_stride +
+                          chunk * kChunkElems;
+      ptx::cp_async_16(dst, static_cast<const char*>(p.q) + off * kElemBytes);
+    } else {
+      TileIO<QTile, Traits::kThreads>::store_zero_16(dst);
+    }
+  }
+}
+
+// Key block n of one side of the cache → a stage (cp.async; keys past the sequence and columns past
+// `dim` zeroed). A thread moves one chunk column of rows row0, row0 + kRowStep, ...
+template <class Traits>
+__device__ __forceinline__ void load_kv_block(const AttendWork& w, const char* data,
+                                              const SequenceRows<Traits::kPaged>& rows, int dim, int n, uint32_t stage,
+                                              int tid) {
+  using KVTile = typename Traits::KVTile;
+  static_assert(Traits::kThreads % KVTile::kChunksPerRow == 0, "threads cover whole rows");
+  constexpr int kRowStep = Traits::kThreads / KVTile::kChunksPerRow;
+  const int chunk = tid % KVTile::kChunksPerRow, row0 = tid / KVTile::kChunksPerRow;
+  const bool column_valid = chunk * kChunkElems < dim;
+  const int key0 = n * Traits::kBlockN;
+#pragma unroll
+  for (int row = row0; row < Traits::kBlockN; row += kRowStep) {
+    const uint32_t dst = stage + KVTile::chunk_offset(row, chunk);
+    const int key = key0 + row;
+    if (column_valid && key < w.mask.seqlen_k) {
+      ptx::cp_async_16(dst, data + (rows.offset(key) + chunk * kChunkElems) * kElemBytes);
+    } else {
+      TileIO<KVTile, Traits::kThreads>::store_zero_16(dst);
+    }
+  }
+}
+
+// The mask on a warp's score tile of packed rows: element (row, key) is −inf unless query
+// row / group_size sees key (Mask::visible, which also hides keys past the sequence).
+template <class Traits>
+__device__ __forceinline__ void mask_packed_rows(float (&s)[1][Traits::kNTiles][4], const AttendWork& w,
+                                                 const int (&query)[2], int key0, int lane) {
+  const int t = lane % 4;
+#pragma unroll
+  for (int ni = 0; ni < Traits::kNTiles; ++ni) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int key = key0 + 8 * ni + 2 * t + c % 2;
+      if (!w.mask.visible(query[c / 2], key)) s[0][ni][c] = kMaskedScore;
+    }
+  }
+}
+
+// Writes one packed row's merged output chunk (8 columns from col0) and, at col0 = 0, its LSE: the
+// final O (16-bit) and LSE with one split, else the split's fp32 partials.
+template <class Traits>
+__device__ __forceinline__ void store_row_chunk(const AttendParams& p, const AttendWork& w, int row, int col0,
+                                                const float (&o)[8], float lse) {
+  using Tag = typename Traits::Tag;
+  const int r = w.r0 + row, i = r / p.group_size, h = w.h_kv * p.group_size + r % p.group_size;
+  if (p.num_splits == 1) {
+    uint4 packed;
+    packed.x = ptx::pack2<Tag>(o[0], o[1]);
+    packed.y = ptx::pack2<Tag>(o[2], o[3]);
+    packed.z = ptx::pack2<Tag>(o[4], o[5]);
+    packed.w = ptx::pack2<Tag>(o[6], o[7]);
+    const int64_t off = int64_t{w.b} * p.o_batch_stride + int64_t{i} * p.o_row_stride + int64_t{h} * p.o_head_stride + col0;
+    *reinterpret_cast<uint4*>(static_cast<char*>(p.out) + off * kElemBytes) = packed;
+    if (p.lse != nullptr && col0 == 0) p.lse[w.b * p.lse_batch_stride + h * p.lse_head_stride + i] = lse;
+    return;
+  }
+  const int64_t prow = int64_t{w.split} * p.batch * p.heads_kv * p.group_size * p.seqlen_q +
+                       partial_row(w.b, h, i, p.heads_kv * p.group_size, p.seqlen_q);
+  float4* dst = reinterpret_cast<float4*>(p.partial_out + prow * p.hdim_v + col0);
+  dst[0] = make_float4(o[0], o[1], o[2], o[3]);
+  dst[1] = make_float4(o[4], o[5], o[6], o[7]);
+  if (col0 == 0) p.partial_lse[prow] = lse;
+}
+
+// An empty split (no key block of this sequence falls to it) reports LSE −inf for its rows and
+// writes nothing else: combine gives it weight 0 and never reads its output.
+template <class Traits>
+__device__ __forceinline__ void report_empty_split(const AttendParams& p, const AttendWork& w, int tid) {
+  for (int row = tid; row < w.rows; row += Traits::kThreads) {
+    const int r = w.r0 + row, i = r / p.group_size, h = w.h_kv * p.group_size + r % p.group_size;
+    const int64_t prow = int64_t{w.split} * p.batch * p.heads_kv * p.group_size * p.seqlen_q +
+                         partial_row(w.b, h, i, p.heads_kv * p.group_size, p.seqlen_q);
+    p.partial_lse[prow] = -kInfinity;
+  }
+}
+
+// The warps' merge: each warp has, per row, the running max m_w (score units), its sum ℓ_w and its
+// output relative to exp2(m_w·exp_mult). With M = max_w m_w·exp_mult and weights 2^(m_w·exp_mult − M):
+//   O = Σ_w weight_w·O_w / Σ_w weight_w·ℓ_w,   LSE = (M + log2 Σ_w weight_w·ℓ_w)·ln 2.
+// A row no warp saw a key for gets O = 0 and LSE +inf (final) or −inf (a split's partial).
+template <class Traits>
+__device__ __forceinline__ void merge_warps_and_store(const AttendParams& p, const AttendWork& w, unsigned char* smem,
+                                                      const OnlineSoftmax<1>& softmax,
+                                                      const float (&acc)[1][Traits::kDTiles][4], float exp_mult,
+                                                      int warp, int lane, int tid) {
+  constexpr int kM = Traits::kBlockM, kD = Traits::kHeadDim, kWarps = Traits::kWarps;
+  float* merge_out = reinterpret_cast<float*>(smem + Traits::kKOffset);  // [warp][row][col]
+  float* merge_max = merge_out + kWarps * kM * kD;                       // [warp][row], base 2
+  float* merge_sum = merge_max + kWarps * kM;                            // [warp][row]
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = 8 * half + g;
+    const float m = softmax.row_max[0][half];
+    const float sum = quad_sum(softmax.row_sum[0][half]);
+    if (t == 0) {
+      merge_max[warp * kM + row] = m == -kInfinity ? -kInfinity : m * exp_mult;
+      merge_sum[warp * kM + row] = sum;
+    }
+#pragma unroll
+    for (int di = 0; di < Traits::kDTiles; ++di) {
+      float* dst = merge_out + (warp * kM + row) * kD + 8 * di + 2 * t;
+      dst[0] = acc[0][di][2 * half];
+      dst[1] = acc[0][di][2 * half + 1];
+    }
+  }
+  __syncthreads();
+
+  const bool final_output = p.num_splits == 1;
+  for (int c = tid; c < kM * (kD / 8); c += Traits::kThreads) {
+    const int row = c / (kD / 8), col0 = 8 * (c % (kD / 8));
+    if (row >= w.rows || col0 >= p.hdim_v) continue;
+    float top = -kInfinity;
+#pragma unroll
+    for (int v = 0; v < kWarps; ++v) top = fmaxf(top, merge_max[v * kM + row]);
+    float weight[kWarps], total = 0.f;
+#pragma unroll
+    for (int v = 0; v < kWarps; ++v) {
+      const float mv = merge_max[v * kM + row];
+      weight[v] = mv == -kInfinity ? 0.f : ptx::exp2_approx(mv - top);
+      total += weight[v] * merge_sum[v * kM + row];
+    }
+    const bool empty = total == 0.f;
+    const float inv = empty ? 0.f : 1.f / total;
+    float o[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float x = 0.f;
+#pragma unroll
+      for (int v = 0; v < kWarps; ++v) x = fmaf(weight[v], merge_out[(v * kM + row) * kD + col0 + e], x);
+      o[e] = x * inv;
+    }
+    const float lse = empty ? (final_output ? kInfinity : -kInfinity) : (top + log2f(total)) * kLn2;
+    store_row_chunk<Traits>(p, w, row, col0, o, lse);
+  }
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_constant__ AttendParams p) {
+#if FLASHATTN_PTX_SM80
+  using Tag = typename Traits::Tag;
+  using QTile = typename Traits::QTile;
+  using KVTile = typename Traits::KVTile;
+  constexpr int kStages = Traits::kStages, kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const AttendWork w = attend_work<Traits>(p);
+  if (w.n_begin >= w.n_end && p.num_splits > 1) {
+    report_empty_split<Traits>(p, w, tid);
+    return;
+  }
+
+  const uint32_t s_q = ptx::smem_addr(smem) + Traits::kQOffset;
+  const uint32_t s_k = ptx::smem_addr(smem) + Traits::kKOffset;
+  const uint32_t s_v = ptx::smem_addr(smem) + Traits::kVOffset;
+  const int warp_key0 = warp * Traits::kKeysPerWarp;  // this warp's slice of every key block
+  const LdsmAddr<QTile> q_frag = ldsm_a_addr<QTile>(s_q, 0, lane);
+  const LdsmAddr<KVTile> k_frag = ldsm_b_addr<KVTile>(s_k, warp_key0, lane);
+  const LdsmAddr<KVTile> v_frag = ldsm_bt_addr<KVTile>(s_v, warp_key0, lane);
+  // The queries of this lane's two accumulator rows (g and g + 8), for the mask.
+  const int query[2] = {(w.r0 + lane / 4) / p.group_size, (w.r0 + lane / 4 + 8) / p.group_size};
+
+  const SequenceRows<Traits::kPaged> k_rows = p.index.template rows<Traits::kPaged>(p.k, w.b, w.h_kv);
+  const SequenceRows<Traits::kPaged> v_rows = p.index.template rows<Traits::kPaged>(p.v, w.b, w.h_kv);
+  const char* k_data = static_cast<const char*>(p.k.data);
+  const char* v_data = static_cast<const char*>(p.v.data);
+  auto load_block = [&](int n, int stage) {
+    load_kv_block<Traits>(w, k_data, k_rows, p.hdim_qk, n, s_k + stage * KVTile::kBytes, tid);
+    load_kv_block<Traits>(w, v_data, v_rows, p.hdim_v, n, s_v + stage * KVTile::kBytes, tid);
+  };
+
+  float acc[1][kDTiles][4];
+#pragma unroll
+  for (int di = 0; di < kDTiles; ++di)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[0][di][c] = 0.f;
+  OnlineSoftmax<1> softmax;
+  softmax.init();
+  const ScoreTransform scores = p.scores;
+
+  // Prologue: Q and the first kStages − 1 key blocks, one commit group each (Q joins the first).
+  load_q<Traits>(p, w, s_q, tid);
+#pragma unroll
+  for (int k = 0; k < kStages - 1; ++k) {
+    if (w.n_begin + k < w.n_end) load_block(w.n_begin + k, k);
+    ptx::cp_async_commit();
+  }
+
+  int stage = 0;
+  for (int n = w.n_begin; n < w.n_end; ++n) {
+    // Keep kStages − 1 blocks in flight: the stage refilled here was last read in the previous
+    // iteration, which every warp has left (the barrier at its end).
+    const int ahead = n + kStages - 1;
+    if (ahead < w.n_end) load_block(ahead, (stage + kStages - 1) % kStages);
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<kStages - 1>();  // block n has landed
+    __syncthreads();
+
+    float s[1][kNTiles][4];
+#pragma unroll
+    for (int ni = 0; ni < kNTiles; ++ni)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[0][ni][c] = 0.f;
+    gemm_ss<Tag, QTile, KVTile, 1, kNTiles, Traits::kQKSteps>(s, q_frag, k_frag, stage * KVTile::kBytes);
+    transform_scores(s, scores);
+    const int key0 = n * Traits::kBlockN;
+    if (w.mask.tile_needs_mask(w.i_first, w.i_last - w.i_first + 1, key0, Traits::kBlockN)) {
+      mask_packed_rows<Traits>(s, w, query, key0 + warp_key0, lane);
+    }
+    softmax.update(s, acc, scores.exp_mult);
+    uint32_t pa[1][Traits::kPVSteps][4];
+    accumulator_to_a_fragments<Tag>(pa, s);
+    gemm_rs<Tag, KVTile, 1, kDTiles, Traits::kPVSteps>(acc, pa, v_frag, stage * KVTile::kBytes);
+    __syncthreads();
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+  }
+  ptx::cp_async_wait<0>();  // nothing may land in the stages the merge reuses
+  __syncthreads();
+  merge_warps_and_store<Traits>(p, w, smem, softmax, acc, scores.exp_mult, warp, lane, tid);
+#else
+  FLASHATTN_PTX_UNSUPPORTED("the decode attention kernel needs sm_80");
+#endif
+}
+
+}  // namespace flashattn::cuda::decode

@@ -1,0 +1,320 @@
+// The decode family: the KV-cache call (kvcache_forward) on the GPU, Flash-Decoding style. Its plan
+// checks the call, picks the attention instance and the number of key splits, and lays out the
+// workspace; its run launches, on the caller's stream and without synchronizing or allocating (so a
+// CUDA graph can capture it):
+//   1. append (prepare.cu): k_new (rotated) and v_new into the cache, when given;
+//   2. rotate q into the workspace (prepare.cu), when rotary tables are given;
+//   3. attention (attend_kernel.cuh) over (split, packed-row tile, kv head, sequence);
+//   4. combine (combine.cu), when split: the partials merged by their LSE into out and lse.
+#include <climits>
+#include <string>
+
+#include "api/status_try.hpp"
+#include "cuda/common/device_info.hpp"
+#include "cuda/common/host_runtime.hpp"
+#include "cuda/common/mask.cuh"
+#include "cuda/cuda_backend.hpp"
+#include "cuda/decode/launch.hpp"
+#include "cuda/decode/shape.cuh"
+#include "decode/instances.h"
+
+namespace flashattn::cuda {
+namespace decode {
+namespace {
+
+constexpr const char* kWho = "cuda decode";
+constexpr int kBlockM = 16;  // DecodeTraits::kBlockM of every instance
+constexpr int64_t kMaxGridYZ = 65535;
+
+struct Instance {
+  int head_dim;
+  AttendRunFn run[2];  // [dtype]: f16, bf16
+  AttendCheckFn check[2];
+};
+
+#define FLASHATTN_DECODE_REGISTER(D)                                                                      \
+  Instance{D, {&attend_run<ptx::F16, D>, &attend_run<ptx::BF16, D>},                                       \
+           {&attend_device_check<ptx::F16, D>, &attend_device_check<ptx::BF16, D>}},
+constexpr Instance kNoInstance{0, {nullptr, nullptr}, {nullptr, nullptr}};
+// kNoInstance first keeps the array non-empty when no head dim of the build has an instance.
+const Instance kInstances[] = {kNoInstance, FLASHATTN_DECODE_HEADDIMS(FLASHATTN_DECODE_REGISTER)};
+#undef FLASHATTN_DECODE_REGISTER
+
+const Instance* find_instance(int64_t head_dim) {
+  const Instance* best = nullptr;
+  for (const Instance& inst : kInstances) {
+    if (inst.head_dim >= head_dim && inst.head_dim > 0 && (best == nullptr || inst.head_dim < best->head_dim)) {
+      best = &inst;
+    }
+  }
+  return best;
+}
+
+int dtype_index(DType dtype) { return dtype == DType::bf16 ? 1 : 0; }
+
+// Workspace: [rotated q][partial lse][partial out], each 256-byte aligned; absent parts are empty.
+struct Layout {
+  std::size_t q_rotated = 0, partial_lse = 0, partial_out = 0, bytes = 0;
+};
+
+std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
+
+Layout workspace_layout(const KVCacheParams& p, int num_splits) {
+  Layout l;
+  std::size_t at = 0;
+  if (p.rotary_cos != nullptr) {
+    l.q_rotated = at;
+    at = align256(at + static_cast<std::size_t>(p.batch * p.seqlen_q * p.heads_q * p.hdim_qk) * 2);
+  }
+  if (num_splits > 1) {
+    const std::size_t rows = static_cast<std::size_t>(p.batch * p.heads_q * p.seqlen_q);
+    l.partial_lse = at;
+    at = align256(at + num_splits * rows * sizeof(float));
+    l.partial_out = at;
+    at = align256(at + num_splits * rows * static_cast<std::size_t>(p.hdim_v) * sizeof(float));
+  }
+  l.bytes = at;
+  return l;
+}
+
+struct PlanDetail {
+  AttendRunFn run;
+  int num_splits;
+  Layout layout;
+};
+
+int num_m_blocks(const KVCacheParams& p) {
+  return static_cast<int>((p.group_size() * p.seqlen_q + kBlockM - 1) / kBlockM);
+}
+
+// Splits of each sequence's keys: enough thread blocks to fill every SM's slots once
+// (batch · heads_kv · row tiles blocks, times the splits), from the shapes and the SM count alone
+// (never the cache lengths, which live on the device), at most kMaxSplits; a caller's num_splits
+// wins. The kernel spreads a sequence's real key blocks evenly over the splits.
+int choose_splits(const KVCacheParams& p, const DeviceInfo& dev, int blocks_per_sm) {
+  if (p.num_splits > 0) return p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
+  const int64_t blocks = p.batch * p.heads_kv * num_m_blocks(p);
+  const int64_t slots = int64_t{dev.num_sms} * blocks_per_sm;
+  if (blocks == 0 || blocks >= slots) return 1;
+  const int64_t splits = (slots + blocks - 1) / blocks;
+  return static_cast<int>(splits < kMaxSplits ? splits : kMaxSplits);
+}
+
+Status check_sizes(const KVCacheParams& p) {
+  const auto too_big = [&](const char* what, int64_t value, int64_t limit) {
+    return Status::unsupported(std::string(kWho) + ": " + what + " = " + std::to_string(value) + " is above " +
+                               std::to_string(limit) + ", the most the decode kernels take");
+  };
+  if (p.seqlen_k > kMaxSeqlen) return too_big("the cache's capacity per sequence", p.seqlen_k, kMaxSeqlen);
+  if (p.batch > kMaxGridYZ) return too_big("batch", p.batch, kMaxGridYZ);
+  if (p.heads_kv * num_m_blocks(p) > kMaxGridYZ) {
+    return too_big("heads_kv x ceil(heads_q / heads_kv x seqlen_q / 16)", p.heads_kv * num_m_blocks(p), kMaxGridYZ);
+  }
+  if (p.batch * p.heads_q * p.seqlen_q > INT_MAX / 2) return too_big("batch x heads_q x seqlen_q", p.batch * p.heads_q * p.seqlen_q, INT_MAX / 2);
+  if (p.num_pages > INT_MAX) return too_big("num_pages", p.num_pages, INT_MAX);
+  if (p.batch_cache > INT_MAX) return too_big("batch_cache", p.batch_cache, INT_MAX);
+  if (p.seqlen_rotary > INT_MAX) return too_big("seqlen_rotary", p.seqlen_rotary, INT_MAX);
+  if (p.hdim_qk % 8 != 0 || p.hdim_v % 8 != 0) {
+    return Status::unsupported(std::string(kWho) + ": hdim_qk = " + std::to_string(p.hdim_qk) + ", hdim_v = " +
+                               std::to_string(p.hdim_v) + ": head dims must be multiples of 8 (16-byte loads)");
+  }
+  return Status::success();
+}
+
+// q, the caches and out as the 16-byte loads and stores see them.
+Status check_layout(const KVCacheParams& p) {
+  const int64_t cache_rows = p.is_paged() ? p.num_pages : p.batch_cache;
+  const int64_t cache_len = p.is_paged() ? p.page_size : p.seqlen_k;
+  FLASHATTN_TRY(check_16byte_layout(kWho, "q", p.q, {{"batch", p.batch, p.q_batch_stride}, {"row", p.seqlen_q, p.q_row_stride},
+                                                     {"head", p.heads_q, p.q_head_stride}}));
+  FLASHATTN_TRY(check_16byte_layout(kWho, "k_cache", p.k, {{"batch", cache_rows, p.k_batch_stride},
+                                                           {"row", cache_len, p.k_row_stride},
+                                                           {"head", p.heads_kv, p.k_head_stride}}));
+  FLASHATTN_TRY(check_16byte_layout(kWho, "v_cache", p.v, {{"batch", cache_rows, p.v_batch_stride},
+                                                           {"row", cache_len, p.v_row_stride},
+                                                           {"head", p.heads_kv, p.v_head_stride}}));
+  return check_16byte_layout(kWho, "out", p.out, {{"batch", p.batch, p.o_batch_stride}, {"row", p.seqlen_q, p.o_row_stride},
+                                                  {"head", p.heads_q, p.o_head_stride}});
+}
+
+Status plan_kvcache(const KVCacheParams& p, Plan* plan) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
+    return Status::unsupported(std::string(kWho) + ": dtype " + to_string(p.dtype) +
+                               " is not supported: the tensor-core kernels take f16 or bf16 (f32 runs on the CPU backend)");
+  }
+  const int64_t need = p.hdim_qk > p.hdim_v ? p.hdim_qk : p.hdim_v;
+  const Instance* inst = find_instance(need);
+  if (inst == nullptr) {
+    return Status::unsupported(std::string(kWho) + ": head dim " + std::to_string(need) +
+                               " (max of hdim_qk, hdim_v) has no compiled decode instance: this build has \"" +
+                               FLASHATTN_DECODE_HEADDIMS_STRING + "\" (FLASHATTN_HEADDIMS among 64, 128, 256)");
+  }
+  DeviceInfo dev;
+  FLASHATTN_TRY(device_info(&dev));
+  if (dev.cc_major < 8) {
+    return Status::unsupported(std::string(kWho) + ": needs compute capability >= 8.0, the current device has " +
+                               std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor));
+  }
+  FLASHATTN_TRY(check_sizes(p));
+  FLASHATTN_TRY(check_layout(p));
+  const int i = dtype_index(p.dtype);
+  int blocks_per_sm = 1;
+  FLASHATTN_TRY(inst->check[i](p.is_paged(), &blocks_per_sm));
+  const int splits = choose_splits(p, dev, blocks_per_sm);
+  const Layout layout = workspace_layout(p, splits);
+  plan->workspace_bytes = layout.bytes;
+  plan->set(PlanDetail{inst->run[i], splits, layout});
+  return Status::success();
+}
+
+CacheIndex cache_index(const KVCacheParams& p) {
+  CacheIndex x{};
+  x.cache_seqlens = p.cache_seqlens;
+  x.cache_batch_idx = p.cache_batch_idx;
+  x.block_table = p.block_table;
+  x.block_table_batch_stride = p.block_table_batch_stride;
+  x.page_size = static_cast<int>(p.page_size);
+  x.num_pages = static_cast<int>(p.num_pages);
+  x.batch_cache = static_cast<int>(p.batch_cache);
+  x.capacity = static_cast<int>(p.seqlen_k);
+  x.seqlen_new = static_cast<int>(p.seqlen_new);
+  return x;
+}
+
+RotaryTables rotary_tables(const KVCacheParams& p) {
+  RotaryTables r;
+  r.cos = p.rotary_cos;
+  r.sin = p.rotary_sin;
+  r.row_stride = p.rotary_row_stride;
+  r.rotary_dim = static_cast<int>(p.rotary_dim);
+  r.seqlen_rotary = static_cast<int>(p.seqlen_rotary);
+  r.interleaved = p.rotary_interleaved;
+  return r;
+}
+
+Status append(const KVCacheParams& p, cudaStream_t stream) {
+  AppendParams a{};
+  a.k_new = p.k_new;
+  a.v_new = p.v_new;
+  a.kn_batch_stride = p.kn_batch_stride;
+  a.kn_row_stride = p.kn_row_stride;
+  a.kn_head_stride = p.kn_head_stride;
+  a.vn_batch_stride = p.vn_batch_stride;
+  a.vn_row_stride = p.vn_row_stride;
+  a.vn_head_stride = p.vn_head_stride;
+  a.k = {p.k_cache, p.k_batch_stride, p.k_row_stride, p.k_head_stride};
+  a.v = {p.v_cache, p.v_batch_stride, p.v_row_stride, p.v_head_stride};
+  a.index = cache_index(p);
+  a.rotary = rotary_tables(p);
+  a.batch = static_cast<int>(p.batch);
+  a.heads_kv = static_cast<int>(p.heads_kv);
+  a.seqlen_new = static_cast<int>(p.seqlen_new);
+  a.hdim_qk = static_cast<int>(p.hdim_qk);
+  a.hdim_v = static_cast<int>(p.hdim_v);
+  return launch_append(a, p.dtype, p.is_paged(), stream);
+}
+
+Status rotate_q(const KVCacheParams& p, void* q_rotated, cudaStream_t stream) {
+  RotateQParams r{};
+  r.q = p.q;
+  r.q_batch_stride = p.q_batch_stride;
+  r.q_row_stride = p.q_row_stride;
+  r.q_head_stride = p.q_head_stride;
+  r.q_rotated = q_rotated;
+  r.index = cache_index(p);
+  r.rotary = rotary_tables(p);
+  r.batch = static_cast<int>(p.batch);
+  r.seqlen_q = static_cast<int>(p.seqlen_q);
+  r.heads_q = static_cast<int>(p.heads_q);
+  r.hdim_qk = static_cast<int>(p.hdim_qk);
+  r.per_query = p.rotary_per_query();
+  return launch_rotate_q(r, p.dtype, stream);
+}
+
+AttendParams attend_params(const KVCacheParams& p, const PlanDetail& d) {
+  AttendParams a{};
+  a.q = p.q;
+  a.q_batch_stride = p.q_batch_stride;
+  a.q_row_stride = p.q_row_stride;
+  a.q_head_stride = p.q_head_stride;
+  a.k = {p.k_cache, p.k_batch_stride, p.k_row_stride, p.k_head_stride};
+  a.v = {p.v_cache, p.v_batch_stride, p.v_row_stride, p.v_head_stride};
+  a.index = cache_index(p);
+  a.out = p.out;
+  a.o_batch_stride = p.o_batch_stride;
+  a.o_row_stride = p.o_row_stride;
+  a.o_head_stride = p.o_head_stride;
+  a.lse = p.lse;
+  a.lse_batch_stride = p.lse_batch_stride;
+  a.lse_head_stride = p.lse_head_stride;
+  a.batch = static_cast<int>(p.batch);
+  a.heads_kv = static_cast<int>(p.heads_kv);
+  a.group_size = static_cast<int>(p.group_size());
+  a.seqlen_q = static_cast<int>(p.seqlen_q);
+  a.packed_rows = a.group_size * a.seqlen_q;
+  a.num_m_blocks = num_m_blocks(p);
+  a.num_splits = d.num_splits;
+  a.hdim_qk = static_cast<int>(p.hdim_qk);
+  a.hdim_v = static_cast<int>(p.hdim_v);
+  a.window_left = clamp_window(p.options.window_left);
+  a.window_right = clamp_window(p.options.window_right);
+  a.scores = make_score_transform(p.options);
+  return a;
+}
+
+Status combine(const KVCacheParams& p, const float* partial_out, const float* partial_lse, int num_splits,
+               cudaStream_t stream) {
+  CombineParams c{};
+  c.partial_out = partial_out;
+  c.partial_lse = partial_lse;
+  c.out = p.out;
+  c.o_batch_stride = p.o_batch_stride;
+  c.o_row_stride = p.o_row_stride;
+  c.o_head_stride = p.o_head_stride;
+  c.lse = p.lse;
+  c.lse_batch_stride = p.lse_batch_stride;
+  c.lse_head_stride = p.lse_head_stride;
+  c.batch = static_cast<int>(p.batch);
+  c.heads_q = static_cast<int>(p.heads_q);
+  c.seqlen_q = static_cast<int>(p.seqlen_q);
+  c.hdim_v = static_cast<int>(p.hdim_v);
+  c.num_splits = num_splits;
+  return launch_combine(c, p.dtype, stream);
+}
+
+Status run_kvcache(const Plan& plan, const KVCacheParams& p) {
+  const PlanDetail d = plan.get<PlanDetail>();
+  auto* stream = static_cast<cudaStream_t>(p.stream);
+  auto* workspace = static_cast<unsigned char*>(p.workspace);
+  if (d.layout.bytes > 0 && reinterpret_cast<std::uintptr_t>(workspace) % 16 != 0) {
+    return Status::invalid("workspace: not 16-byte aligned (the decode kernels store 16-byte vectors into it)");
+  }
+  if (p.seqlen_new > 0) FLASHATTN_TRY(append(p, stream));
+  AttendParams a = attend_params(p, d);
+  if (p.rotary_cos != nullptr) {
+    void* q_rotated = workspace + d.layout.q_rotated;
+    FLASHATTN_TRY(rotate_q(p, q_rotated, stream));
+    a.q = q_rotated;
+    a.q_head_stride = p.hdim_qk;
+    a.q_row_stride = p.heads_q * p.hdim_qk;
+    a.q_batch_stride = p.seqlen_q * p.heads_q * p.hdim_qk;
+  }
+  if (d.num_splits == 1) return d.run(a, p.is_paged(), stream);
+  a.out = nullptr;
+  a.lse = nullptr;
+  a.partial_lse = reinterpret_cast<float*>(workspace + d.layout.partial_lse);
+  a.partial_out = reinterpret_cast<float*>(workspace + d.layout.partial_out);
+  FLASHATTN_TRY(d.run(a, p.is_paged(), stream));
+  return combine(p, a.partial_out, a.partial_lse, d.num_splits, stream);
+}
+
+}  // namespace
+}  // namespace decode
+
+// Chosen only when named (path = "decode") until its tests have run on a GPU: see Family::in_auto.
+const Family& decode_family() {
+  static const Family kDecode{"decode", Device::cuda, {}, {}, {decode::plan_kvcache, decode::run_kvcache}, false};
+  return kDecode;
+}
+
+}  // namespace flashattn::cuda

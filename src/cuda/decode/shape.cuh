@@ -1,0 +1,60 @@
+// Tile shapes of the decode attention kernel (attend_kernel.cuh): the one place that says how a
+// (dtype, head dim, cache layout) instance is shaped. Host (plan, launch) and device both read it.
+//
+// Decode is bound by reading K and V once: the tile is kBlockM = 16 packed query rows (the heads
+// of a kv group × the few query tokens; one mma row tile), and the four warps split each block of
+// kBlockN keys between them (16 keys each), so the whole block shares every K/V byte it loads.
+// kStages blocks of K and V are in flight per thread block, so that several loads per SM are
+// always outstanding; the warps merge their partial softmax states at the end.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/ptx/mma.cuh"
+#include "cuda/sm80/smem_tile.cuh"
+
+namespace flashattn::cuda::decode {
+
+struct DecodeShape {
+  int block_n;  // keys per K/V block (16 per warp)
+  int stages;   // K/V blocks in flight
+};
+
+// D = 256 keeps two stages (64 KB each); smaller head dims take three.
+constexpr DecodeShape decode_shape(int head_dim) { return head_dim <= 128 ? DecodeShape{64, 3} : DecodeShape{64, 2}; }
+
+template <class Tag_, int kHeadDim_, bool kPaged_>
+struct DecodeTraits {
+  using Tag = Tag_;
+  static constexpr int kHeadDim = kHeadDim_;  // instance head dim D (d ≤ D runs here, zero-filled)
+  static constexpr bool kPaged = kPaged_;     // block-table pages, else one contiguous row per sequence
+  static constexpr DecodeShape kShape = decode_shape(kHeadDim);
+
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBlockM = 16;                    // packed query rows per thread block
+  static constexpr int kBlockN = kShape.block_n;        // keys per K/V block
+  static constexpr int kKeysPerWarp = kBlockN / kWarps; // one warp's slice of a key block
+  static constexpr int kStages = kShape.stages;
+  static constexpr int kNTiles = kKeysPerWarp / 8;  // 8-key n-tiles of a warp's S
+  static constexpr int kDTiles = kHeadDim / 8;      // 8-column n-tiles of O
+  static constexpr int kQKSteps = kHeadDim / 16;
+  static constexpr int kPVSteps = kKeysPerWarp / 16;
+  static_assert(kKeysPerWarp % 16 == 0, "a warp's keys are whole 16-key mma k-steps of P·V");
+
+  using QTile = SmemTile<kBlockM, kHeadDim>;
+  using KVTile = SmemTile<kBlockN, kHeadDim>;
+
+  // Shared storage: Q | K stages | V stages. After the key loop the K/V stages hold the warps'
+  // fp32 partial outputs and row statistics for the merge (kMergeBytes ≤ their size).
+  static constexpr uint32_t kQOffset = 0;
+  static constexpr uint32_t kKOffset = kQOffset + QTile::kBytes;
+  static constexpr uint32_t kVOffset = kKOffset + kStages * KVTile::kBytes;
+  static constexpr std::size_t kSmemBytes = kVOffset + kStages * KVTile::kBytes;
+  static constexpr std::size_t kMergeOutBytes = std::size_t{kWarps} * kBlockM * kHeadDim * 4;
+  static constexpr std::size_t kMergeBytes = kMergeOutBytes + 2 * std::size_t{kWarps} * kBlockM * 4;
+  static_assert(kMergeBytes <= 2 * kStages * KVTile::kBytes, "the merge fits in the K/V stages");
+};
+
+}  // namespace flashattn::cuda::decode

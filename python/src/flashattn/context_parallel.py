@@ -32,7 +32,6 @@ from typing import List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import Tensor
 
 from . import _ops

@@ -143,6 +143,78 @@ INSTANTIATE_TEST_SUITE_P(All, PagedEqualsContiguous,
                                   std::to_string(std::get<1>(info.param));
                          });
 
+// Scratch on demand (WorkspaceAllocator): with `workspace` null the library plans the call once and
+// asks the allocator for exactly the bytes kvcache_workspace_size reports (q rotated: every family
+// needs workspace here); the result is the reference's. An allocator that fails fails the call by
+// name before anything is written.
+struct CountingAllocator {
+  DeviceMirror* mirror;
+  int calls = 0;
+  std::size_t bytes = 0;
+  bool fail = false;
+  static void* allocate(std::size_t bytes, void* context) {
+    auto* self = static_cast<CountingAllocator*>(context);
+    ++self->calls;
+    self->bytes = bytes;
+    return self->fail ? nullptr : self->mirror->scratch(bytes);
+  }
+};
+
+class KVCacheAllocator : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(KVCacheAllocator, GetsThePlannedBytesOnce) {
+  const Backend backend = GetParam();
+  FA_REQUIRE_BACKEND(backend);
+  const KVCase c = KVCase::decode({30, 0, 61}, 70, 4, 2, 64).append(2).rotate(Rotary::half_split).q_rows(2);
+  Rng rng;
+  KVProblem p = make_kv_problem(c, rng);
+  const KVExpected e = expect_of(p);
+  p.out.poison();
+  p.lse.poison();
+  const std::vector<HostTensor*> inputs = {&p.q, &p.k_new, &p.v_new, &p.rotary_cos, &p.rotary_sin,
+                                           &p.cache_seqlens, &p.block_table, &p.cache_batch_idx};
+  for (HostTensor* t : {&p.out, &p.lse, &p.k_cache, &p.v_cache}) t->snapshot();
+  for (HostTensor* t : inputs) {
+    if (t->valid()) t->snapshot();
+  }
+  DeviceMirror m(backend);
+  flashattn::KVCacheArgs a = p.args(m);
+  a.path = backend.family;
+  std::size_t planned = 0;
+  const Status support = kvcache_workspace_size(a, &planned);
+  if (support.code == StatusCode::not_supported) GTEST_SKIP() << support.message;
+  ASSERT_TRUE(support.ok()) << support.message;
+  ASSERT_GT(planned, 0u) << "rotary needs workspace on every family";
+
+  CountingAllocator failing{&m};
+  failing.fail = true;
+  a.workspace_allocator = {&CountingAllocator::allocate, &failing};
+  const Status refused = kvcache_forward(a);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message.find("workspace_allocator"), std::string::npos) << refused.message;
+  ASSERT_EQ(m.synchronize(), "");
+  for (HostTensor* t : {&p.k_cache, &p.v_cache}) {
+    m.download(*t);
+    EXPECT_TRUE(t->unchanged()) << "a call whose workspace failed wrote into the cache";
+  }
+
+  CountingAllocator counting{&m};
+  a.workspace_allocator = {&CountingAllocator::allocate, &counting};
+  const Status s = kvcache_forward(a);
+  ASSERT_TRUE(s.ok()) << s.message;
+  ASSERT_EQ(m.synchronize(), "");
+  EXPECT_EQ(counting.calls, 1);
+  EXPECT_EQ(counting.bytes, planned);
+  for (HostTensor* t : {&p.out, &p.lse, &p.k_cache, &p.v_cache}) m.download(*t);
+  for (HostTensor* t : inputs) {
+    if (t->valid()) m.download(*t);
+  }
+  expect_kvcache_matches(p, e);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, KVCacheAllocator, ::testing::ValuesIn(all_backends()),
+                         [](const ::testing::TestParamInfo<Backend>& info) { return info.param.family; });
+
 // A device family cannot read the index arrays on the host without a synchronization, so it clamps
 // them (src/backend/params.hpp): garbage lengths, pages and cache rows give an unspecified result but
 // never a fault, an error, or a byte written outside the caches' and outputs' views. The host

@@ -82,6 +82,18 @@ struct AttentionOptions {
   float softcap = 0.f;                          // 0: off
 };
 
+// Scratch on demand. When a call needs workspace and its `workspace` is null, the library asks
+// `allocate` for exactly the bytes of the call's one plan (on the tensors' device) and runs on it:
+// one plan per call, instead of *_workspace_size() and then the call, which plans twice. The memory
+// must stay valid until the call's work on `stream` has finished (a stream-ordered or caching
+// allocator such as PyTorch's gives that); the library never frees it. A null return fails the call
+// (cuda_error for CUDA tensors, internal on the CPU) before anything runs.
+struct WorkspaceAllocator {
+  void* (*allocate)(std::size_t bytes, void* context) = nullptr;
+  void* context = nullptr;
+  explicit operator bool() const { return allocate != nullptr; }
+};
+
 // What forward and backward share: the inputs, the options, and where to run.
 struct AttentionArgs {
   TensorView q, k, v;
@@ -102,16 +114,18 @@ struct AttentionArgs {
 struct ForwardArgs : AttentionArgs {
   TensorView out;
   TensorView lse;  // optional: may be left empty when not needed (the backward needs it)
-  void* workspace = nullptr;
+  void* workspace = nullptr;  // see forward_workspace_size, or leave null and set workspace_allocator
   std::size_t workspace_bytes = 0;
+  WorkspaceAllocator workspace_allocator;
 };
 
 struct BackwardArgs : AttentionArgs {
   TensorView out, lse, dout;  // from the forward, and the incoming gradient
   TensorView dq, dk, dv;      // written (overwritten, not accumulated)
   bool deterministic = false;  // bitwise reproducible dq (and GQA dk, dv), at some speed cost
-  void* workspace = nullptr;   // see backward_workspace_size
+  void* workspace = nullptr;   // see backward_workspace_size, or leave null and set workspace_allocator
   std::size_t workspace_bytes = 0;
+  WorkspaceAllocator workspace_allocator;
 };
 
 // Attention of a few new query tokens per sequence against a KV cache, for inference: flash-attn's
@@ -155,8 +169,9 @@ struct KVCacheArgs {
 
   std::string path = "auto";  // as AttentionArgs::path
   void* stream = nullptr;
-  void* workspace = nullptr;  // see kvcache_workspace_size
+  void* workspace = nullptr;  // see kvcache_workspace_size, or leave null and set workspace_allocator
   std::size_t workspace_bytes = 0;
+  WorkspaceAllocator workspace_allocator;
 };
 
 // The kernel families this build knows, in the order "auto" tries them ("sm80", "cpu", ...), and

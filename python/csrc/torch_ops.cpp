@@ -217,19 +217,26 @@ void fill(AttentionArgs* a, const Tensor& q, const Tensor& k, const Tensor& v, c
   if (q.is_cuda()) a->stream = c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(q.device()).native_handle();
 }
 
-// Queries the workspace, allocates it with PyTorch's allocator when the call needs one (freed when
-// the call returns: the stream-ordered allocator keeps the memory for the enqueued kernel), runs.
-template <class Args, class SizeFn, class RunFn>
-void run(Args& a, const Tensor& like, SizeFn size_of, RunFn run_fn) {
-  if (g_skip_library_calls.load(std::memory_order_relaxed)) return;
-  std::size_t bytes = 0;
-  check(size_of(a, &bytes));
-  Tensor workspace;
-  if (bytes > 0) {
-    workspace = at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
-    a.workspace = workspace.data_ptr();
-    a.workspace_bytes = bytes;
+// Runs with PyTorch's allocator as the library's workspace allocator: the library plans the call
+// once and asks for exactly what that plan needs (nothing when it needs none). The tensor is freed
+// when the call returns; the stream-ordered caching allocator keeps the memory for the enqueued
+// kernels, and under CUDA-graph capture it comes from the graph's pool.
+struct TorchWorkspace {
+  at::TensorOptions options;
+  Tensor memory;
+
+  static void* allocate(std::size_t bytes, void* context) {
+    auto* self = static_cast<TorchWorkspace*>(context);
+    self->memory = at::empty({static_cast<int64_t>(bytes)}, self->options);
+    return self->memory.data_ptr();
   }
+};
+
+template <class Args, class RunFn>
+void run(Args& a, const Tensor& like, RunFn run_fn) {
+  if (g_skip_library_calls.load(std::memory_order_relaxed)) return;
+  TorchWorkspace workspace{like.options().dtype(at::kByte), {}};
+  a.workspace_allocator = {&TorchWorkspace::allocate, &workspace};
   check(run_fn(a));
 }
 
@@ -267,9 +274,7 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q_in, const Tensor& k_in, const Ten
   fill(&a, q, k, v, c);
   a.out = view_of("out", out);
   a.lse = view_of("lse", lse);
-  run(
-      a, q, [](const ForwardArgs& x, std::size_t* b) { return forward_workspace_size(x, b); },
-      [](const ForwardArgs& x) { return flashattn::forward(x); });
+  run(a, q, [](const ForwardArgs& x) { return flashattn::forward(x); });
   return {out, lse};
 }
 
@@ -301,9 +306,7 @@ std::tuple<Tensor, Tensor, Tensor> bwd(const Tensor& dout_in, const Tensor& q_in
   a.dk = view_of("dk", dk);
   a.dv = view_of("dv", dv);
   a.deterministic = deterministic;
-  run(
-      a, q, [](const BackwardArgs& x, std::size_t* b) { return backward_workspace_size(x, b); },
-      [](const BackwardArgs& x) { return flashattn::backward(x); });
+  run(a, q, [](const BackwardArgs& x) { return flashattn::backward(x); });
   return {dq, dk, dv};
 }
 
@@ -385,9 +388,7 @@ std::tuple<Tensor, Tensor> kvcache(const Tensor& q_in, const Tensor& k_cache, co
   a.num_splits = static_cast<int>(std::clamp<int64_t>(num_splits, -1, std::numeric_limits<int>::max()));
   a.path = std::string(path);
   if (q.is_cuda()) a.stream = c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(q.device()).native_handle();
-  run(
-      a, q, [](const KVCacheArgs& x, std::size_t* b) { return kvcache_workspace_size(x, b); },
-      [](const KVCacheArgs& x) { return kvcache_forward(x); });
+  run(a, q, [](const KVCacheArgs& x) { return kvcache_forward(x); });
   return {out, lse};
 }
 

@@ -86,11 +86,29 @@ Status plan_for(const Args& args, Params* params, Plan* plan) {
   return status.ok() ? select(*params, args.path, plan) : status;
 }
 
+// The caller's workspace, or (when it gave none and the plan needs some) the allocator's, sized by
+// the plan itself.
+template <class Args, class Params>
+Status provide_workspace(const Args& args, const Plan& plan, Params* params) {
+  if (plan.workspace_bytes == 0 || params->workspace != nullptr || !args.workspace_allocator) return Status::success();
+  void* memory = args.workspace_allocator.allocate(plan.workspace_bytes, args.workspace_allocator.context);
+  if (memory == nullptr) {
+    return {params->device == Device::cuda ? StatusCode::cuda_error : StatusCode::internal,
+            "workspace_allocator: returned null for the " + std::to_string(plan.workspace_bytes) +
+                " bytes this call needs"};
+  }
+  params->workspace = memory;
+  params->workspace_bytes = plan.workspace_bytes;
+  return Status::success();
+}
+
 template <class Args, class Params>
 Status run(const Args& args) try {
   Params params;
   Plan plan;
   Status status = plan_for(args, &params, &plan);
+  if (!status.ok()) return status;
+  status = provide_workspace(args, plan, &params);
   if (!status.ok()) return status;
   if (params.workspace_bytes < plan.workspace_bytes) {
     return Status::invalid("workspace_bytes = " + std::to_string(params.workspace_bytes) + " is below the " +

@@ -1,6 +1,5 @@
 #include "problem.hpp"
 
-#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -94,42 +93,6 @@ Layout make_layout(const RunConfig& c) {
     l.total_k = c.batch * c.seqlen_k;
   }
   return l;
-}
-
-Buffer::~Buffer() { release(); }
-
-void Buffer::release() {
-  if (device_ == Device::cuda) gpu::free_bytes(data_);
-  else std::free(data_);
-  data_ = nullptr;
-  bytes_ = 0;
-}
-
-Buffer::Buffer(Buffer&& o) noexcept { *this = std::move(o); }
-
-Buffer& Buffer::operator=(Buffer&& o) noexcept {
-  if (this != &o) {
-    release();
-    data_ = std::exchange(o.data_, nullptr);
-    bytes_ = std::exchange(o.bytes_, 0);
-    device_ = o.device_;
-  }
-  return *this;
-}
-
-std::string Buffer::allocate(Device device, std::size_t bytes) {
-  release();
-  device_ = device;
-  if (bytes == 0) return "";
-  if (device == Device::cuda) {
-    std::string e = gpu::malloc_bytes(&data_, bytes);
-    if (!e.empty()) return e + " of " + std::to_string(bytes) + " bytes";
-  } else {
-    data_ = std::malloc(bytes);
-    if (data_ == nullptr) return "out of host memory allocating " + std::to_string(bytes) + " bytes";
-  }
-  bytes_ = bytes;
-  return "";
 }
 
 std::size_t Tensors::bytes() const {

@@ -45,4 +45,10 @@ std::string Buffer::allocate(Device device, std::size_t bytes) {
   return "";
 }
 
+std::string copy_buffer(const Buffer& from, Buffer* to) {
+  if (from.bytes() != to->bytes()) return "internal: buffer sizes differ";
+  return to->device() == Device::cuda ? gpu::copy_to_device(to->data(), from.data(), from.bytes())
+                                      : gpu::copy_to_host(to->data(), from.data(), from.bytes());
+}
+
 }  // namespace fa_cli

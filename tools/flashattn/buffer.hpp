@@ -1,4 +1,4 @@
-// A buffer on the host or the device, owned: what every tensor of the tool lives in.
+// Memory on the host or the device, owned: what every tensor of the tool lives in.
 #pragma once
 
 #include <cstddef>
@@ -27,5 +27,9 @@ class Buffer {
   std::size_t bytes_ = 0;
   flashattn::Device device_ = flashattn::Device::cpu;
 };
+
+// Copies all of `from` into `to`, host to device or device to host (the sizes must match); "" or
+// the error.
+std::string copy_buffer(const Buffer& from, Buffer* to);
 
 }  // namespace fa_cli

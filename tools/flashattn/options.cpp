@@ -353,4 +353,46 @@ std::string run_usage() {
   return s.str();
 }
 
+std::string decode_usage() {
+  std::ostringstream s;
+  s << "usage: flashattn decode [options]\n\n"
+       "Runs one KV-cache call (flash_attn_with_kvcache) on random normal inputs: --seqlen-q query\n"
+       "tokens per sequence against a cache of --seqlen-k keys per sequence (plus --new rows the call\n"
+       "appends), times it, reports the rate it reads K and V at beside a plain copy's, and checks\n"
+       "out and lse against a float64 reference.\n\n"
+       "options:\n"
+    << option_lines(Command::decode);
+  auto shape = [](const DecodeDefaults& d) {
+    std::ostringstream t;
+    t << "--batch " << d.batch << " --heads " << d.heads << " --heads-kv " << d.heads_kv << " --seqlen-k "
+      << d.seqlen_k << " --headdim " << d.headdim << " --dtype " << flashattn::to_string(d.dtype);
+    return t.str();
+  };
+  s << "\ndefaults: cpu  " << shape(decode_defaults_for(flashattn::Device::cpu)) << "\n"
+    << "          cuda " << shape(decode_defaults_for(flashattn::Device::cuda)) << "\n"
+    << "          (--heads without --heads-kv: as many kv heads as query heads)\n"
+       "\n"
+       "TB/s = bytes of K and V read / time per call: the keys some query of a sequence sees (all\n"
+       "--seqlen-k + --new of them unless a window cuts them) x heads_kv x (d_qk + d_v) x element size,\n"
+       "summed over the sequences. Once per run the tool also times a plain copy on the same device\n"
+       "(cuda: cudaMemcpyAsync of 1 GiB device to device; cpu: memcpy of 256 MiB over the threads),\n"
+       "bytes read + written per second, and prints the call's rate as a percentage of it. A cache\n"
+       "that fits the GPU's L2 (about 50 MB on an H200) may be read from L2 across calls: such a\n"
+       "rate is not HBM bandwidth.\n"
+       "\n"
+       "The cache is contiguous [batch, capacity, heads_kv, d], or with --page-size N a pool of pages\n"
+       "[pages, N, heads_kv, d], each sequence's pages drawn at random from it (block_table). Rows no\n"
+       "sequence holds are NaN, so a read past a sequence's length fails the check. Each call is\n"
+       "timed alone, its outputs poisoned with NaN before it (outside the timed region): CUDA events\n"
+       "on a stream, or the wall clock; the median over --repeats is reported.\n"
+       "\n"
+       "The check compares out and lse with the float64 reference (reference::kvcache_forward) by\n"
+       "run's rule: max|out - ref| <= 2 * max|naive - ref| + atol. Above 2^26 score entries\n"
+       "(batch*heads*seqlen_q*keys) it checks whole sequences sampled (the first, the last, random\n"
+       "ones), every query row and head of each.\n"
+       "\n"
+    << kExitCodes;
+  return s.str();
+}
+
 }  // namespace fa_cli

@@ -3,7 +3,6 @@
 #include <cstring>
 #include <utility>
 
-#include "gpu.hpp"
 #include "random_fill.hpp"
 
 namespace fa_cli {
@@ -61,12 +60,6 @@ void fill_common(const Layout& l, const RunConfig& c, const Tensors& t, flashatt
   a->options = c.options;
   a->path = c.path;
   a->stream = stream;
-}
-
-std::string copy_buffer(const Buffer& from, Buffer* to, bool to_device) {
-  if (from.bytes() != to->bytes()) return "internal: buffer sizes differ";
-  return to_device ? gpu::copy_to_device(to->data(), from.data(), from.bytes())
-                   : gpu::copy_to_host(to->data(), from.data(), from.bytes());
 }
 
 }  // namespace
@@ -149,7 +142,7 @@ void fill_inputs(const Layout& l, const RunConfig& c, Tensors* t) {
 std::string copy_inputs(const Tensors& host, Tensors* device) {
   for (auto [from, to] : {std::pair{&host.q, &device->q}, {&host.k, &device->k}, {&host.v, &device->v},
                           {&host.dout, &device->dout}, {&host.cu_q, &device->cu_q}, {&host.cu_k, &device->cu_k}}) {
-    std::string e = copy_buffer(*from, to, true);
+    std::string e = copy_buffer(*from, to);
     if (!e.empty()) return e;
   }
   return "";
@@ -161,7 +154,7 @@ std::string copy_outputs(const Tensors& device, Tensors* host, bool backward) {
     pairs.insert(pairs.end(), {{&device.dq, &host->dq}, {&device.dk, &host->dk}, {&device.dv, &host->dv}});
   }
   for (auto [from, to] : pairs) {
-    std::string e = copy_buffer(*from, to, false);
+    std::string e = copy_buffer(*from, to);
     if (!e.empty()) return e;
   }
   return "";

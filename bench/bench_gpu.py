@@ -374,7 +374,8 @@ def decode_cells():
 
 def decode_kv_bytes(cell):
     """Bytes of K and V a call reads: every cached key of every sequence, for each kv head."""
-    return 2 * cell["batch"] * cell["seqlen_k"] * cell["heads_kv"] * cell["hdim"] * torch.finfo(DT[cell["dtype"]]).bits // 8
+    element = torch.finfo(DT[cell["dtype"]]).bits // 8
+    return 2 * cell["batch"] * cell["seqlen_k"] * cell["heads_kv"] * cell["hdim"] * element
 
 
 class DecodeInputs:
@@ -538,8 +539,8 @@ def decode_cell_rows(env, cell):
     ref = next((p["outputs"][0] for p in preps if "outputs" in p and p["row"]["page_size"] == 0), None)
     for p in preps:
         if ref is not None and "outputs" in p and p["outputs"][0] is not ref:
-            got = p["outputs"][0].float()
-            p["row"]["max_rel_diff"] = ((got - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-30)).item()
+            got, want = p["outputs"][0].float(), ref.float()
+            p["row"]["max_rel_diff"] = ((got - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
     return [p["row"] for p in preps]
 
 

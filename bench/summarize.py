@@ -89,7 +89,8 @@ def decode_table(rows):
             t = r.get("tbps")
             notes = []
             if not page:  # what SDPA did on this contiguous cache
-                notes += [f"{impl}: K/V repeated to the query heads" for impl, x in sdpa.items() if x.get("gqa") == "repeated"]
+                notes += [f"{impl}: K/V repeated to the query heads" for impl, x in sdpa.items()
+                          if x.get("gqa") == "repeated"]
                 notes += [f"{impl}: {x['error'][:60]}" for impl, x in sdpa.items() if "error" in x]
             notes += ["L2-resident cache"] if r.get("l2_resident") else []
             notes += ["no CUDA graph"] if r.get("graph") is False else []

@@ -6,12 +6,19 @@ Parts (--parts, all by default):
   gqa       GQA/MQA: bf16, hdim 128, causal, 32 query heads over 8, 4, 1 KV heads, seqlen 2k/4k/16k
   varlen    variable-length batches: bf16, hdim 128, causal, 16 heads, lengths uniform 128..4096 (seed 0)
             packed to 32k tokens
+  decode    KV-cache decode (flash_attn_with_kvcache, path="decode"): bf16, GQA 32/8, hdim 128, 1 query
+            token (4 in a few speculative-decoding rows), cache lengths x batches 1x8k, 1x32k, 1x128k,
+            8x32k, 32x8k, 128x2k, contiguous and paged (pages of 16, 64, 256, shuffled), beside SDPA's
+            cuDNN and flash backends on the contiguous cache; each timed inside a CUDA graph of 20 calls,
+            median of 15 replays, tbps = bytes of K and V read / time per call; plus the ceiling rows
+            (impl "ceiling"): a device-to-device copy and a read-only pass
   overhead  host overhead: µs per call of a tiny problem called 300 times back to back
 Every grid, GQA and varlen cell times the library through the C API on preallocated buffers
 (impl flashattn) and through flashattn.flash_attn_func with autograd, as a PyTorch user calls it
-(impl flashattn-py), interleaved with the PyTorch rows.
+(impl flashattn-py), interleaved with the PyTorch rows. Decode cells time flashattn-py alone (the C API
+wrapper has no KV-cache call).
 
-  python3 bench/bench_gpu.py --out results.json [--parts grid,gqa,varlen,overhead] [--modes fwd,bwd]
+  python3 bench/bench_gpu.py --out results.json [--parts grid,gqa,varlen,decode,overhead] [--modes fwd,bwd]
       [--hdims 64,128,256] [--seqlens 512,...,16384] [--dtypes bf16] [--reps 30] [--lib build/libflashattn_c.so]
   python3 bench/bench_gpu.py --smoke --out /tmp/x.json [--lib cpu-build/libflashattn_c.so]
       one tiny cell of each part on CPU tensors with a perf_counter timer (rows that need CUDA skip)
@@ -45,7 +52,7 @@ except ImportError as e:  # the flashattn-py rows need the package: pip install 
 
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SDPA_BACKENDS = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("torch-flash", SDPBackend.FLASH_ATTENTION))
-PARTS = ("grid", "gqa", "varlen", "overhead")
+PARTS = ("grid", "gqa", "varlen", "decode", "overhead")
 
 
 # ---- timing -----------------------------------------------------------------------------------------
@@ -163,6 +170,9 @@ def smoke_cells(part, args):
     if part == "gqa":
         return [dict(mode=m, causal=True, dtype="bf16", hdim=64, seqlen=128, batch=1, heads=4, heads_kv=1)
                 for m in modes]
+    if part == "decode":
+        return [dict(mode="decode", dtype="bf16", hdim=64, batch=2, heads=4, heads_kv=2, seqlen_q=q, seqlen_k=100,
+                     page_sizes=(0, 16)) for q in (1, 4)]
     lengths = varlen_lengths(total=512, low=16, high=256)
     return [dict(c, hdim=64, heads=2) for c in varlen_cells(args, lengths)]
 
@@ -343,6 +353,223 @@ def prepare_torch_flash_varlen(cell, x, base):
         return {"row": dict(impl="torch-flash", **base, error=str(e)[:200])}
 
 
+# ---- decode: the KV-cache call ------------------------------------------------------------------------
+
+DECODE_SHAPES = ((1, 8192), (1, 32768), (1, 131072), (8, 32768), (32, 8192), (128, 2048))  # (batch, cache length)
+DECODE_PAGE_SIZES = (0, 16, 64, 256)  # 0: contiguous
+SPECULATIVE_SHAPES = ((1, 32768), (32, 8192))  # also with 4 query tokens
+GRAPH_CALLS, GRAPH_REPLAYS = 20, 15
+L2_RESIDENT_BYTES = 50e6  # a cache below this can stay in the H200's 60 MB L2 across replays
+
+
+def decode_cells():
+    """One cell per (batch, cache length, query tokens); its rows cover every page size. Non-causal:
+    at 4 query tokens a causal mask changes no byte read, and SDPA's is_causal would align it
+    top-left."""
+    shapes = [(b, n, 1) for b, n in DECODE_SHAPES] + [(b, n, 4) for b, n in SPECULATIVE_SHAPES]
+    for batch, seqlen_k, seqlen_q in shapes:
+        yield dict(mode="decode", dtype="bf16", hdim=128, batch=batch, heads=32, heads_kv=8, seqlen_q=seqlen_q,
+                   seqlen_k=seqlen_k, page_sizes=DECODE_PAGE_SIZES)
+
+
+def decode_kv_bytes(cell):
+    """Bytes of K and V a call reads: every cached key of every sequence, for each kv head."""
+    element = torch.finfo(DT[cell["dtype"]]).bits // 8
+    return 2 * cell["batch"] * cell["seqlen_k"] * cell["heads_kv"] * cell["hdim"] * element
+
+
+class DecodeInputs:
+    """q and one logical cache (K, V: (batch, seqlen_k, heads_kv, hdim)), contiguous and as paged
+    copies: pages of each size dealt to the sequences in a random order (torch.randperm)."""
+
+    def __init__(self, cell, device):
+        dt, b, n, hk, d = DT[cell["dtype"]], cell["batch"], cell["seqlen_k"], cell["heads_kv"], cell["hdim"]
+        self.q = torch.randn(b, cell["seqlen_q"], cell["heads"], d, device=device, dtype=dt)
+        self.k = torch.randn(b, n, hk, d, device=device, dtype=dt)
+        self.v = torch.randn(b, n, hk, d, device=device, dtype=dt)
+        self.cache_seqlens = torch.full((b,), n, dtype=torch.int32, device=device)
+        self.paged = {}
+        for page in cell["page_sizes"]:
+            if page == 0:
+                continue
+            pages = -(-n // page)
+            pool = torch.randperm(b * pages, device=device)
+            block_table = pool.view(b, pages).to(torch.int32)
+            self.paged[page] = (block_table, self._scatter(self.k, page, pool), self._scatter(self.v, page, pool))
+
+    @staticmethod
+    def _scatter(x, page, pool):
+        """x (batch, n, heads, d) split into pages, page j of sequence b stored at pool[b * pages + j]; the
+        rows of a last page past n are NaN (a read of them shows in max_rel_diff)."""
+        b, n, h, d = x.shape
+        pages = -(-n // page)
+        padded = F.pad(x, (0, 0, 0, 0, 0, pages * page - n), value=float("nan"))
+        out = torch.empty(b * pages, page, h, d, device=x.device, dtype=x.dtype)
+        out[pool] = padded.reshape(b * pages, page, h, d)
+        return out
+
+
+def graph_timed(fn, calls=GRAPH_CALLS):
+    """A function timing one replay of a CUDA graph of `calls` calls of fn, in ms per call; falls back to
+    the same calls launched eagerly when capture fails (the row then says graph: false)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # outside the capture: plans, workspaces, the allocator
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+        run, error = graph.replay, None
+    except Exception as e:  # noqa: BLE001 -- any capture failure: time eagerly, say why
+        torch.cuda.synchronize()
+        graph, error = None, f"cuda graph capture failed: {str(e)[:200]}"
+
+        def run():
+            for _ in range(calls):
+                fn()
+
+    def one_ms():
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        run()
+        b.record()
+        torch.cuda.synchronize()
+        return a.elapsed_time(b) / calls
+    one_ms.graph, one_ms.graph_error, one_ms.keep = graph is not None, error, graph
+    return one_ms
+
+
+def median_ms_interleaved(timers, replays=GRAPH_REPLAYS):
+    """Median per timer over `replays` rounds, each round timing every timer once (order alternating),
+    as Timer.median_ms_each."""
+    times = [[] for _ in timers]
+    for r in range(replays):
+        for i in (range(len(timers)) if r % 2 == 0 else reversed(range(len(timers)))):
+            times[i].append(timers[i]())
+    return [statistics.median(t) for t in times]
+
+
+def decode_row_base(cell, page_size):
+    base = {k: v for k, v in cell.items() if k != "page_sizes"}
+    base["page_size"] = page_size
+    if decode_kv_bytes(cell) < L2_RESIDENT_BYTES:
+        base["l2_resident"] = True
+    return base
+
+
+def prepare_flashattn_decode(cell, x, page_size, device):
+    """flashattn.flash_attn_with_kvcache on the contiguous or a paged cache; path "decode" on the GPU
+    ("auto" does not pick it), "cpu" in --smoke. {"row", "fn", "outputs"} or {"row"} with the error."""
+    path = "decode" if device == "cuda" else "cpu"
+    base = dict(impl="flashattn-py", path=path, **decode_row_base(cell, page_size))
+    if flashattn is None:
+        return {"row": dict(base, error=f"import flashattn failed: {FLASHATTN_IMPORT_ERROR}")}
+    if page_size == 0:
+        k_cache, v_cache, block_table = x.k, x.v, None
+    else:
+        block_table, k_cache, v_cache = x.paged[page_size]
+    fn = lambda: flashattn.flash_attn_with_kvcache(  # noqa: E731
+        x.q, k_cache, v_cache, cache_seqlens=x.cache_seqlens, block_table=block_table, path=path)
+    try:
+        out = fn()
+        return {"row": base, "fn": fn, "outputs": (out,)}
+    except Exception as e:  # noqa: BLE001 -- an unsupported cell is recorded, not fatal
+        return {"row": dict(base, error=str(e)[:300])}
+
+
+def prepare_sdpa_decode(impl, backend, cell, x):
+    """SDPA with one backend on the contiguous cache: q (b, 32, s_q, d) against K/V (b, 8, L, d) with
+    enable_gqa=True, or K/V repeated to 32 heads when the backend refuses GQA (row "gqa": "repeated";
+    tbps still counts the 8 kv heads' bytes, the work the call has to do)."""
+    base = dict(impl=impl, **decode_row_base(cell, 0))
+    q = x.q.transpose(1, 2)
+    k, v = x.k.transpose(1, 2), x.v.transpose(1, 2)
+    group = cell["heads"] // cell["heads_kv"]
+    errors = []
+    for gqa in ("enable_gqa", "repeated"):
+        if gqa == "repeated":
+            k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
+
+        def fn(k=k, v=v, enable=gqa == "enable_gqa"):
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, k, v, enable_gqa=enable)
+        try:
+            out = fn()
+            return {"row": dict(base, gqa=gqa), "fn": fn, "outputs": (out.transpose(1, 2),)}
+        except (RuntimeError, TypeError) as e:  # TypeError: a PyTorch without enable_gqa
+            errors.append(f"{gqa}: {str(e)[:150]}")
+    return {"row": dict(base, error="; ".join(errors))}
+
+
+def bench_decode_cell(env, cell):
+    """The rows of one decode cell (decode_cell_rows), or when the cell as a whole fails (out of memory,
+    a failing replay) one error row per layout, and the run goes on."""
+    try:
+        return decode_cell_rows(env, cell)
+    except Exception as e:  # noqa: BLE001
+        return [dict(impl="flashattn-py", **decode_row_base(cell, page), error=f"cell failed: {str(e)[:300]}")
+                for page in cell["page_sizes"]]
+
+
+def decode_cell_rows(env, cell):
+    """Every layout and implementation of one decode cell on the same q and logical cache, timed together
+    (interleaved), each inside a CUDA graph on the GPU; max_rel_diff of each against the first
+    implementation that ran on the contiguous cache."""
+    x = DecodeInputs(cell, env.device)
+    preps = [prepare_flashattn_decode(cell, x, page, env.device) for page in cell["page_sizes"]]
+    if env.device == "cuda":
+        preps += [prepare_sdpa_decode(impl, backend, cell, x) for impl, backend in SDPA_BACKENDS]
+    timed = [p for p in preps if "fn" in p]
+    if env.device == "cuda":
+        timers = [graph_timed(p["fn"]) for p in timed]
+        for p, t in zip(timed, timers):
+            p["row"]["graph"] = t.graph
+            if t.graph_error:
+                p["row"]["graph_error"] = t.graph_error
+        times = median_ms_interleaved(timers)
+    else:
+        times = env.timer.median_ms_each([p["fn"] for p in timed], env.reps)
+    for p, ms in zip(timed, times):
+        p["row"].update(tbps=decode_kv_bytes(cell) / ms / 1e9, ms=ms)
+    ref = next((p["outputs"][0] for p in preps if "outputs" in p and p["row"]["page_size"] == 0), None)
+    for p in preps:
+        if ref is not None and "outputs" in p and p["outputs"][0] is not ref:
+            got, want = p["outputs"][0].float(), ref.float()
+            p["row"]["max_rel_diff"] = ((got - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
+    return [p["row"] for p in preps]
+
+
+def ceiling_rows(env):
+    """What the memory system gives a streaming kernel on this GPU, timed as the decode cells (a graph of 20
+    calls, median of 15 replays): a 2 GiB device-to-device copy (bytes read + written) and read-only
+    passes over a 4 GiB bf16 tensor (torch.sum and amax; bytes read)."""
+    src = torch.randn(1 << 30, device="cuda", dtype=torch.float16)  # 2 GiB
+    dst = torch.empty_like(src)
+    big = torch.randn(1 << 31, device="cuda", dtype=torch.bfloat16)  # 4 GiB
+    ops = (("copy", "copy_", lambda: dst.copy_(src), 2 * src.numel() * 2),
+           ("read", "sum", lambda: big.sum(), big.numel() * 2),
+           ("read", "amax", lambda: big.amax(), big.numel() * 2))
+    timers = [graph_timed(fn) for _, _, fn, _ in ops]
+    rows = []
+    for (mode, op, _, nbytes), t, ms in zip(ops, timers, median_ms_interleaved(timers)):
+        rows.append(dict(impl="ceiling", mode=mode, op=op, bytes=nbytes, tbps=nbytes / ms / 1e9, ms=ms, graph=t.graph))
+    return rows
+
+
+def print_decode_rows(cell, rows):
+    nan = float("nan")
+    for r in rows:
+        where = f"page {r['page_size']:3d}" if r["page_size"] else "contiguous"
+        print(f"decode b={cell['batch']:3d} L={cell['seqlen_k']:6d} q={cell['seqlen_q']} {where:10s} {r['impl']:14s} "
+              f"{r.get('tbps', nan):6.3f} TB/s  {r.get('ms', nan) * 1e3:8.1f} µs"
+              f"{'  (L2)' if r.get('l2_resident') else ''}  {r.get('error', '')}", flush=True)
+
+
 # ---- host overhead ------------------------------------------------------------------------------------
 
 OVERHEAD_SHAPE = dict(batch=1, seqlen=128, heads=8, hdim=64)
@@ -416,19 +643,33 @@ CELL_SETUP_S = 1.0  # inputs, first calls (cuDNN plans), empty_cache: per cell, 
 def estimate_seconds(plan, reps, results_file):
     """Expected run time: per cell (reps + warm-up + preparation calls) × the sum of its
     implementations' times, from an earlier results file's per-cell ms (the grid) or its median
-    TFLOP/s for the cell's mode (other cells), plus a fixed setup per cell."""
+    TFLOP/s for the cell's mode (other cells), plus a fixed setup per cell. Decode cells: the graph
+    replays × the earlier run's ms of the cell's rows, or their bytes at 3 TB/s."""
     rows = json.load(open(results_file))["rows"] if results_file else []
     ms_of = {}
     for r in rows:
-        if "ms" in r and r["impl"] in ("flashattn", "cudnn", "torch-flash"):
+        if "ms" in r and r["impl"] in ("flashattn", "cudnn", "torch-flash") and r["mode"] in ("fwd", "bwd"):
             key = (r["mode"], r["causal"], r["hdim"], r["seqlen"])
             ms_of.setdefault(key, {})[r["impl"]] = r["ms"]
     tflops = {m: statistics.median([r["tflops"] for r in rows if r.get("mode") == m and "tflops" in r] or [200.0])
               for m in ("fwd", "bwd")}
+    decode_ms = {}
+    for r in rows:
+        if r.get("mode") == "decode" and "ms" in r:
+            decode_ms.setdefault((r["batch"], r["seqlen_q"], r["seqlen_k"]), []).append(r["ms"])
     total = 0.0
     for part, cells in plan:
         if part == "overhead":
             total += 10.0  # 2 modes × 3 impls × 7 rounds × 330 calls of ≤ 1 ms, and warm-up
+            continue
+        if part == "decode":
+            total += 15.0  # the ceiling rows: 8 GiB of tensors, three graphs of 20 calls over 2-4 GiB
+            for c in cells:
+                known = decode_ms.get((c["batch"], c["seqlen_q"], c["seqlen_k"]))
+                per_call = (sum(known) if known else  # or every layout and both SDPA rows at 3 TB/s
+                            (len(c["page_sizes"]) + 2) * decode_kv_bytes(c) / 3e12 * 1e3)
+                calls = 3 + GRAPH_REPLAYS * GRAPH_CALLS  # warm-up, then the replays (capture runs nothing)
+                total += calls * per_call / 1e3 + CELL_SETUP_S
             continue
         for c in cells:
             known = ms_of.get((c["mode"], c["causal"], c["hdim"], c["seqlen"]))
@@ -477,7 +718,7 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
     p.add_argument("--parts", default=",".join(PARTS), help="comma-separated: " + ", ".join(PARTS))
-    p.add_argument("--modes", default="fwd,bwd", help="grid, gqa and varlen")
+    p.add_argument("--modes", default="fwd,bwd", help="grid, gqa and varlen (decode has its own)")
     p.add_argument("--causal", default="0,1", help="grid only")
     p.add_argument("--dtypes", default="bf16", help="grid only")
     p.add_argument("--hdims", default="64,128,256", help="grid only")
@@ -502,7 +743,8 @@ def plan_of(args):
     if args.smoke:
         return [(p, [] if p == "overhead" else smoke_cells(p, args)) for p in parts]
     makers = {"grid": lambda: list(grid_cells(args)), "gqa": lambda: list(gqa_cells(args)),
-              "varlen": lambda: list(varlen_cells(args, varlen_lengths())), "overhead": lambda: []}
+              "varlen": lambda: list(varlen_cells(args, varlen_lengths())), "decode": lambda: list(decode_cells()),
+              "overhead": lambda: []}
     return [(p, makers[p]()) for p in parts]
 
 
@@ -554,10 +796,20 @@ def main():
             for r in rows:
                 print(f"{r['mode']:18s} {r['impl']:14s} {r.get('us_per_call', float('nan')):8.1f} µs/call", flush=True)
             continue
-        for cell in cells:
-            rows = bench_cell(env, cell, variants)
+        if part == "decode" and device == "cuda":
+            rows = ceiling_rows(env)
             result["rows"].extend(rows)
-            print_cell(part, cell, rows)
+            for r in rows:
+                print(f"ceiling {r['mode']:4s} {r['op']:6s} {r['tbps']:6.3f} TB/s", flush=True)
+            torch.cuda.empty_cache()
+        for cell in cells:
+            if part == "decode":
+                rows = bench_decode_cell(env, cell)
+                print_decode_rows(cell, rows)
+            else:
+                rows = bench_cell(env, cell, variants)
+                print_cell(part, cell, rows)
+            result["rows"].extend(rows)
             if device == "cuda":
                 torch.cuda.empty_cache()
     result["wall_s"] = time.perf_counter() - start

@@ -4,7 +4,9 @@
 
 One table of the attention cells (grid, GQA/MQA, varlen): flashattn (C API) and flashattn-py
 (flash_attn_func) TFLOP/s and their ratios to PyTorch's FlashAttention-2 (torch-flash) and cuDNN;
-then the host-overhead rows (µs per call).
+then the decode cells (flash_attn_with_kvcache, TB/s of K and V read, beside SDPA's cuDNN and flash
+backends on the contiguous cache, paged / contiguous, % of the copy ceiling) and the host-overhead
+rows (µs per call).
 """
 import argparse
 import json
@@ -28,7 +30,7 @@ def _ratio(x, y):
 def attention_table(rows, goals):
     cells = {}
     for r in rows:
-        if "us_per_call" in r or r["mode"].startswith("overhead"):
+        if r["mode"] not in ("fwd", "bwd"):  # decode, ceiling and overhead rows have their own tables
             continue
         cells.setdefault(cell_key(r), {})[r["impl"]] = r
     lines = ["| mode | causal | dtype | hdim | seqlen | heads | kind | path | flashattn | flashattn-py | cuDNN | "
@@ -53,6 +55,54 @@ def attention_table(rows, goals):
     return lines if cells else []
 
 
+def _tbps(x):
+    return f"{x:.3f}" if x else "–"
+
+
+def ceiling_tbps(rows):
+    """The ceiling rows' TB/s: {"copy": ..., "read": ...} (the better read pass)."""
+    best = {}
+    for r in rows:
+        if r["impl"] == "ceiling" and "tbps" in r:
+            best[r["mode"]] = max(best.get(r["mode"], 0.0), r["tbps"])
+    return best
+
+
+def decode_table(rows):
+    """One line per decode cell and cache layout: flashattn-py's TB/s, SDPA's on the contiguous cache of
+    the same cell, flashattn's ratio to cuDNN, paged / contiguous, % of the copy ceiling."""
+    cells = {}
+    for r in rows:
+        if r["mode"] == "decode":
+            cells.setdefault((r["batch"], r["seqlen_k"], r["seqlen_q"]), []).append(r)
+    if not cells:
+        return []
+    copy = ceiling_tbps(rows).get("copy")
+    lines = ["| batch | seqlen_k | seqlen_q | cache | flashattn-py TB/s | cuDNN | torch-flash (FA2) | fa/cuDNN | "
+             "paged/contiguous | % of copy | note |", "|" + "---|" * 11]
+    for (batch, seqlen_k, seqlen_q), rs in cells.items():
+        sdpa = {r["impl"]: r for r in rs if r["impl"] in ("cudnn", "torch-flash")}
+        ours = {r["page_size"]: r for r in rs if r["impl"] == "flashattn-py"}
+        contiguous = ours.get(0, {}).get("tbps")
+        cudnn = sdpa.get("cudnn", {}).get("tbps")
+        for page, r in sorted(ours.items()):
+            t = r.get("tbps")
+            notes = []
+            if not page:  # what SDPA did on this contiguous cache
+                notes += [f"{impl}: K/V repeated to the query heads" for impl, x in sdpa.items()
+                          if x.get("gqa") == "repeated"]
+                notes += [f"{impl}: {x['error'][:60]}" for impl, x in sdpa.items() if "error" in x]
+            notes += ["L2-resident cache"] if r.get("l2_resident") else []
+            notes += ["no CUDA graph"] if r.get("graph") is False else []
+            notes += [r["error"][:80]] if "error" in r else []
+            lines.append(
+                f"| {batch} | {seqlen_k} | {seqlen_q} | {f'page {page}' if page else 'contiguous'} | {_tbps(t)} | "
+                f"{_tbps(cudnn)} | {_tbps(sdpa.get('torch-flash', {}).get('tbps'))} | {_ratio(t, cudnn)} | "
+                f"{_ratio(t, contiguous) if page else '–'} | {f'{100 * t / copy:.0f}' if t and copy else '–'} | "
+                f"{'; '.join(notes) or ''} |")
+    return lines
+
+
 def overhead_table(rows):
     over = [r for r in rows if r["mode"].startswith("overhead")]
     if not over:
@@ -73,6 +123,15 @@ def markdown(result, goals=None):
         out.append(f"Ceilings measured in the same run: bf16 matmul {c['bf16_matmul_tflops_8192cube']:.0f} TFLOP/s, "
                    f"device copy {c['device_copy_tbps']:.2f} TB/s.\n")
     out += attention_table(d["rows"], goals or {})
+    dec = decode_table(d["rows"])
+    if dec:
+        ceil = ceiling_tbps(d["rows"])
+        graphs = any(r.get("graph") for r in d["rows"] if r["mode"] == "decode")
+        timing = "CUDA graph of 20 calls, median of 15 replays" if graphs else "median of single calls"
+        out += ["", f"Decode (flash_attn_with_kvcache, TB/s = bytes of K and V read / time per call, {timing})" +
+                (f"; ceilings: copy {ceil['copy']:.2f} TB/s (read + written), read-only pass "
+                 f"{ceil.get('read', 0):.2f} TB/s" if "copy" in ceil else "") + ":", ""]
+        out += dec
     over = overhead_table(d["rows"])
     if over:
         out += ["", "Host overhead (batch 1, seqlen 128, 8 heads, hdim 64, calls back to back, wall clock):", ""]

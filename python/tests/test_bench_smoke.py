@@ -1,5 +1,6 @@
-"""bench/bench_gpu.py --smoke: every part of the GPU benchmark (grid, GQA, varlen, host overhead) runs
-on CPU tensors through flash_attn_func and writes rows bench/summarize.py reads; no GPU needed."""
+"""bench/bench_gpu.py --smoke: every part of the GPU benchmark (grid, GQA, varlen, decode, host overhead)
+runs on CPU tensors through flash_attn_func and flash_attn_with_kvcache and writes rows bench/summarize.py
+reads; no GPU needed."""
 import json
 import os
 import subprocess
@@ -17,10 +18,15 @@ def test_bench_smoke_writes_every_part(tmp_path):
                    check=True, capture_output=True, text=True, timeout=600)
     rows = json.load(open(out))["rows"]
     py = [r for r in rows if r["impl"] == "flashattn-py"]
-    assert {r["mode"] for r in py} == {"fwd", "bwd", "overhead-fwd", "overhead-fwd-bwd"}
+    assert {r["mode"] for r in py} == {"fwd", "bwd", "decode", "overhead-fwd", "overhead-fwd-bwd"}
     assert any(r.get("heads_kv") for r in py) and any(r.get("varlen") for r in py)
     assert all("error" not in r and r.get("path", "cpu") == "cpu" for r in py)
     assert all(r["us_per_call"] > 0 for r in py if r["mode"].startswith("overhead"))
+    decode = [r for r in py if r["mode"] == "decode"]
+    assert {(r["seqlen_q"], r["page_size"]) for r in decode} == {(1, 0), (1, 16), (4, 0), (4, 16)}
+    assert all(r["tbps"] > 0 and r["heads_kv"] == 2 and r["seqlen_k"] == 100 for r in decode)
+    # paged against contiguous on the same cache (the rows of a last page past the length are NaN: never read)
+    assert all(r["max_rel_diff"] == 0 for r in decode if r["page_size"])  # bitwise on the CPU (docs/kvcache.md)
     summary = subprocess.run([sys.executable, os.path.join(BENCH, "summarize.py"), str(out)], check=True,
                              capture_output=True, text=True).stdout
-    assert "flashattn-py" in summary and "overhead-fwd-bwd" in summary
+    assert "flashattn-py" in summary and "overhead-fwd-bwd" in summary and "| 2 | 100 | 4 | page 16 |" in summary

@@ -32,31 +32,37 @@ std::string no_cuda_reason() {
 #endif
 }
 
-}  // namespace
-
-bool resolve(const RunOptions& o, RunConfig* c, std::string* error) {
+// --backend and --path to the device the tensors live on.
+bool resolve_device(const Options& o, flashattn::Device* device, std::string* error) {
   using flashattn::Device;
   switch (o.backend) {
-    case Backend::cpu: c->device = Device::cpu; break;
+    case Backend::cpu: *device = Device::cpu; break;
     case Backend::cuda:
       if (!flashattn::cuda_available()) {
         *error = "--backend cuda: " + no_cuda_reason();
         return false;
       }
-      c->device = Device::cuda;
+      *device = Device::cuda;
       break;
     case Backend::automatic:
       if (o.path == "auto") {
-        c->device = flashattn::cuda_available() ? Device::cuda : Device::cpu;
+        *device = flashattn::cuda_available() ? Device::cuda : Device::cpu;
       } else {  // a family implies its device (the option parser has checked the name)
-        c->device = flashattn::family_device(o.path).value_or(Device::cpu);
-        if (c->device == Device::cuda && !flashattn::cuda_available()) {
+        *device = flashattn::family_device(o.path).value_or(Device::cpu);
+        if (*device == Device::cuda && !flashattn::cuda_available()) {
           *error = "--path " + o.path + ": " + no_cuda_reason() + " (" + o.path + " runs cuda tensors)";
           return false;
         }
       }
       break;
   }
+  return true;
+}
+
+}  // namespace
+
+bool resolve(const Options& o, RunConfig* c, std::string* error) {
+  if (!resolve_device(o, &c->device, error)) return false;
   const Defaults d = defaults_for(c->device);
   c->dtype = o.dtype.value_or(d.dtype);
   c->batch = o.batch.value_or(d.batch);
@@ -92,6 +98,59 @@ bool resolve(const RunOptions& o, RunConfig* c, std::string* error) {
   if (c->varlen && (checked_product({c->batch, c->seqlen_q}) > std::numeric_limits<int32_t>::max() ||
                     checked_product({c->batch, c->seqlen_k}) > std::numeric_limits<int32_t>::max())) {
     *error = "--varlen: batch * seqlen must fit the int32 cu_seqlens (at most 2^31 - 1 tokens)";
+    return false;
+  }
+  return true;
+}
+
+DecodeDefaults decode_defaults_for(flashattn::Device device) {
+  if (device == flashattn::Device::cuda) return {8, 32, 8, 8192, 128, flashattn::DType::bf16};
+  return {4, 8, 2, 4096, 64, flashattn::DType::f32};
+}
+
+bool resolve_decode(const Options& o, DecodeConfig* c, std::string* error) {
+  if (!resolve_device(o, &c->device, error)) return false;
+  const DecodeDefaults d = decode_defaults_for(c->device);
+  const Defaults loop = defaults_for(c->device);
+  c->dtype = o.dtype.value_or(d.dtype);
+  c->batch = o.batch.value_or(d.batch);
+  c->heads_q = o.heads.value_or(d.heads);
+  c->heads_kv = o.heads_kv.value_or(o.heads ? c->heads_q : d.heads_kv);
+  c->seqlen_q = o.seqlen_q.value_or(1);
+  c->cached = o.seqlen_k.value_or(d.seqlen_k);
+  c->new_rows = o.new_rows.value_or(0);
+  c->hdim_qk = o.headdim.value_or(d.headdim);
+  c->hdim_v = o.headdim_v.value_or(c->hdim_qk);
+  c->page_size = o.page_size.value_or(0);
+  c->rotary = o.rotary;
+  c->options = o.attention;
+  c->num_splits = o.num_splits;
+  c->path = o.path;
+  c->repeats = o.repeats.value_or(loop.repeats);
+  c->warmup = o.warmup.value_or(loop.warmup);
+  c->check = o.check;
+  c->seed = o.seed;
+  c->json = o.json;
+  c->quiet = o.quiet;
+  c->threads = o.threads;
+
+  // The int32 index arrays (cache_seqlens, block_table) and the element counts the tool indexes.
+  const int64_t hd = std::max(c->hdim_qk, c->hdim_v);
+  const int64_t pool = checked_product({c->batch, c->pages_per_sequence()});
+  if (c->capacity() > std::numeric_limits<int32_t>::max() || pool < 0 ||
+      pool + DecodeConfig::kSparePages > std::numeric_limits<int32_t>::max()) {
+    *error = "--batch " + std::to_string(c->batch) + " --seqlen-k " + std::to_string(c->cached) + " --new " +
+             std::to_string(c->new_rows) + (c->paged() ? " --page-size " + std::to_string(c->page_size) : "") +
+             ": keys per sequence and pages must fit the int32 cache_seqlens and block_table";
+    return false;
+  }
+  const int64_t cache_rows = c->paged() ? checked_product({c->pool_pages(), c->page_size})
+                                        : checked_product({c->batch, c->capacity()});
+  if (cache_rows < 0 || checked_product({cache_rows, c->heads_kv, hd, 4}) < 0 ||
+      checked_product({c->batch, c->seqlen_q, c->heads_q, hd, 4}) < 0) {
+    *error = "--batch " + std::to_string(c->batch) + " --heads " + std::to_string(c->heads_q) + " --seqlen-k " +
+             std::to_string(c->cached) + (c->paged() ? " --page-size " + std::to_string(c->page_size) : "") +
+             ": element counts overflow 64 bits";
     return false;
   }
   return true;

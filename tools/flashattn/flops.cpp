@@ -15,6 +15,19 @@ int64_t visible_pairs(int64_t seqlen_q, int64_t seqlen_k, int64_t left, int64_t 
   return pairs;
 }
 
+int64_t keys_seen(int64_t seqlen_q, int64_t seqlen_k, int64_t left, int64_t right) {
+  const int64_t diag = seqlen_k - seqlen_q;
+  int64_t first = seqlen_k, last = -1;
+  for (int64_t i = 0; i < seqlen_q; ++i) {
+    const int64_t lo = left < 0 ? 0 : std::max<int64_t>(0, i + diag - left);
+    const int64_t hi = right < 0 ? seqlen_k - 1 : std::min<int64_t>(seqlen_k - 1, i + diag + right);
+    if (lo > hi) continue;
+    first = std::min(first, lo);
+    last = std::max(last, hi);
+  }
+  return std::max<int64_t>(0, last - first + 1);
+}
+
 double total_visible_pairs(const Layout& l, const RunConfig& c) {
   const int64_t right = c.options.causal ? 0 : c.options.window_right;
   double pairs = 0;

@@ -1,4 +1,5 @@
-// Honest FLOP counts: only the (query, key) pairs the mask leaves visible are counted.
+// Honest FLOP and byte counts: only the (query, key) pairs the mask leaves visible are counted, and
+// only the keys some query sees are read.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,10 @@ namespace fa_cli {
 // Pairs (i, j), 0 <= i < seqlen_q, 0 <= j < seqlen_k, with
 //   i + diag - left <= j <= i + diag + right,  diag = seqlen_k - seqlen_q  (left/right < 0: unbounded).
 int64_t visible_pairs(int64_t seqlen_q, int64_t seqlen_k, int64_t left, int64_t right);
+
+// Keys of one sequence that some query row sees: the union of the rows' ranges above (one span:
+// each row's range moves by one key per row). A decode call must read these rows of K and V.
+int64_t keys_seen(int64_t seqlen_q, int64_t seqlen_k, int64_t left, int64_t right);
 
 // Visible pairs summed over the batch (each sequence with its own lengths) and the query heads.
 double total_visible_pairs(const Layout& layout, const RunConfig& config);

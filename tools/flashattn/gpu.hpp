@@ -15,10 +15,14 @@ void free_bytes(void* ptr);
 std::string copy_to_device(void* dst, const void* src, std::size_t bytes);
 std::string copy_to_host(void* dst, const void* src, std::size_t bytes);
 std::string memset_async(void* ptr, int byte, std::size_t bytes, void* stream);
+std::string copy_on_device_async(void* dst, const void* src, std::size_t bytes, void* stream);
 std::string stream_create(void** stream);
 void stream_destroy(void* stream);
 std::string synchronize(void* stream);
 std::string mem_info(std::size_t* free_bytes, std::size_t* total_bytes);
+// Forgets the error of a failed call that was handled (an allocation retried smaller), so a later
+// synchronize() does not report it.
+void clear_last_error();
 
 // Times work enqueued on `stream` between start() and stop_ms() with a pair of CUDA events;
 // stop_ms() waits for the stop event.

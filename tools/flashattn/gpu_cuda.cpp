@@ -47,6 +47,11 @@ std::string memset_async(void* ptr, int byte, std::size_t bytes, void* stream) {
   return err(cudaMemsetAsync(ptr, byte, bytes, as_stream(stream)), "cudaMemsetAsync");
 }
 
+std::string copy_on_device_async(void* dst, const void* src, std::size_t bytes, void* stream) {
+  if (bytes == 0) return "";
+  return err(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream)), "cudaMemcpyAsync on device");
+}
+
 std::string stream_create(void** stream) {
   cudaStream_t s = nullptr;
   std::string e = err(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -67,6 +72,8 @@ std::string synchronize(void* stream) {
 std::string mem_info(std::size_t* free_bytes, std::size_t* total_bytes) {
   return err(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
 }
+
+void clear_last_error() { cudaGetLastError(); }
 
 EventTimer::EventTimer() {
   cudaEvent_t a = nullptr, b = nullptr;

@@ -12,10 +12,12 @@ void free_bytes(void*) {}
 std::string copy_to_device(void*, const void*, std::size_t) { return kNoCuda; }
 std::string copy_to_host(void*, const void*, std::size_t) { return kNoCuda; }
 std::string memset_async(void*, int, std::size_t, void*) { return kNoCuda; }
+std::string copy_on_device_async(void*, const void*, std::size_t, void*) { return kNoCuda; }
 std::string stream_create(void**) { return kNoCuda; }
 void stream_destroy(void*) {}
 std::string synchronize(void*) { return kNoCuda; }
 std::string mem_info(std::size_t*, std::size_t*) { return kNoCuda; }
+void clear_last_error() {}
 
 EventTimer::EventTimer() = default;
 EventTimer::~EventTimer() = default;

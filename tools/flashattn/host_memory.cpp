@@ -1,6 +1,7 @@
 #include "host_memory.hpp"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -43,6 +44,18 @@ bool reset_peak_rss() {
   if (!f) return false;
   const bool ok = std::fputs("5", f) >= 0;
   return std::fclose(f) == 0 && ok;
+}
+
+bool fits_in_host_memory(std::size_t bytes, std::string* error) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return true;
+  const double total = static_cast<double>(pages) * static_cast<double>(page);
+  if (static_cast<double>(bytes) <= 0.8 * total) return true;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "the tensors need %.2f GiB of host memory, more than 80%% of the %.2f GiB here",
+                static_cast<double>(bytes) / (1 << 30), total / (1 << 30));
+  *error = buf;
+  return false;
 }
 
 }  // namespace fa_cli

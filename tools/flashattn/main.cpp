@@ -1,9 +1,10 @@
 // flashattn: the command-line tool. `flashattn run [options]` runs, times and checks one attention
-// call on random inputs; see `flashattn run --help`.
+// call on random inputs, `flashattn decode [options]` one KV-cache call; see their --help.
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "decode_command.hpp"
 #include "flashattn/flashattn.hpp"
 #include "options.hpp"
 #include "run_command.hpp"
@@ -18,6 +19,8 @@ const char* kUsage =
     "commands:\n"
     "  run         run one forward (or --backward) call on random inputs, time it, check it\n"
     "              against a float64 reference (see flashattn run --help)\n"
+    "  decode      run one KV-cache call (a few query tokens against a contiguous or paged\n"
+    "              cache), time it in TB/s beside a plain copy, check it (flashattn decode --help)\n"
     "\n"
     "options:\n"
     "  --help      this text\n"
@@ -50,6 +53,8 @@ int main(int argc, char** argv) {
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     if (cmd == "help" && args.size() > 1 && args[1] == "run") {
       std::fputs(fa_cli::run_usage().c_str(), stdout);
+    } else if (cmd == "help" && args.size() > 1 && args[1] == "decode") {
+      std::fputs(fa_cli::decode_usage().c_str(), stdout);
     } else {
       std::fputs(kUsage, stdout);
     }
@@ -60,6 +65,7 @@ int main(int argc, char** argv) {
     return fa_cli::kExitOk;
   }
   if (cmd == "run") return fa_cli::run_command(std::vector<std::string>(args.begin() + 1, args.end()));
+  if (cmd == "decode") return fa_cli::decode_command(std::vector<std::string>(args.begin() + 1, args.end()));
   std::fprintf(stderr, "flashattn: %s: unknown command (see flashattn --help)\n", cmd.c_str());
   return fa_cli::kExitBadOptions;
 }

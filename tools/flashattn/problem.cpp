@@ -1,10 +1,8 @@
 #include "problem.hpp"
 
-#include <cstdlib>
 #include <cstring>
 #include <utility>
 
-#include "gpu.hpp"
 #include "random_fill.hpp"
 
 namespace fa_cli {
@@ -64,12 +62,6 @@ void fill_common(const Layout& l, const RunConfig& c, const Tensors& t, flashatt
   a->stream = stream;
 }
 
-std::string copy_buffer(const Buffer& from, Buffer* to, bool to_device) {
-  if (from.bytes() != to->bytes()) return "internal: buffer sizes differ";
-  return to_device ? gpu::copy_to_device(to->data(), from.data(), from.bytes())
-                   : gpu::copy_to_host(to->data(), from.data(), from.bytes());
-}
-
 }  // namespace
 
 Layout make_layout(const RunConfig& c) {
@@ -94,42 +86,6 @@ Layout make_layout(const RunConfig& c) {
     l.total_k = c.batch * c.seqlen_k;
   }
   return l;
-}
-
-Buffer::~Buffer() { release(); }
-
-void Buffer::release() {
-  if (device_ == Device::cuda) gpu::free_bytes(data_);
-  else std::free(data_);
-  data_ = nullptr;
-  bytes_ = 0;
-}
-
-Buffer::Buffer(Buffer&& o) noexcept { *this = std::move(o); }
-
-Buffer& Buffer::operator=(Buffer&& o) noexcept {
-  if (this != &o) {
-    release();
-    data_ = std::exchange(o.data_, nullptr);
-    bytes_ = std::exchange(o.bytes_, 0);
-    device_ = o.device_;
-  }
-  return *this;
-}
-
-std::string Buffer::allocate(Device device, std::size_t bytes) {
-  release();
-  device_ = device;
-  if (bytes == 0) return "";
-  if (device == Device::cuda) {
-    std::string e = gpu::malloc_bytes(&data_, bytes);
-    if (!e.empty()) return e + " of " + std::to_string(bytes) + " bytes";
-  } else {
-    data_ = std::malloc(bytes);
-    if (data_ == nullptr) return "out of host memory allocating " + std::to_string(bytes) + " bytes";
-  }
-  bytes_ = bytes;
-  return "";
 }
 
 std::size_t Tensors::bytes() const {
@@ -186,7 +142,7 @@ void fill_inputs(const Layout& l, const RunConfig& c, Tensors* t) {
 std::string copy_inputs(const Tensors& host, Tensors* device) {
   for (auto [from, to] : {std::pair{&host.q, &device->q}, {&host.k, &device->k}, {&host.v, &device->v},
                           {&host.dout, &device->dout}, {&host.cu_q, &device->cu_q}, {&host.cu_k, &device->cu_k}}) {
-    std::string e = copy_buffer(*from, to, true);
+    std::string e = copy_buffer(*from, to);
     if (!e.empty()) return e;
   }
   return "";
@@ -198,7 +154,7 @@ std::string copy_outputs(const Tensors& device, Tensors* host, bool backward) {
     pairs.insert(pairs.end(), {{&device.dq, &host->dq}, {&device.dk, &host->dk}, {&device.dv, &host->dv}});
   }
   for (auto [from, to] : pairs) {
-    std::string e = copy_buffer(*from, to, false);
+    std::string e = copy_buffer(*from, to);
     if (!e.empty()) return e;
   }
   return "";

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "buffer.hpp"
 #include "config.hpp"
 #include "flashattn/flashattn.hpp"
 
@@ -28,26 +29,6 @@ struct Layout {
 };
 
 Layout make_layout(const RunConfig& config);
-
-// A buffer on the host or the device, freed with it.
-class Buffer {
- public:
-  Buffer() = default;
-  ~Buffer();
-  Buffer(Buffer&& o) noexcept;
-  Buffer& operator=(Buffer&& o) noexcept;
-  // Allocates `bytes` on `device`; "" or the error.
-  std::string allocate(flashattn::Device device, std::size_t bytes);
-  void* data() const { return data_; }
-  std::size_t bytes() const { return bytes_; }
-  flashattn::Device device() const { return device_; }
-
- private:
-  void release();
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
-  flashattn::Device device_ = flashattn::Device::cpu;
-};
 
 // Every tensor of a run, on one device. Inputs: q, k, v (and dout for the backward); outputs:
 // out, lse (and dq, dk, dv); cu_q, cu_k for varlen; the workspace the library asked for.

@@ -5,7 +5,6 @@
 #include "json.hpp"
 
 namespace fa_cli {
-namespace {
 
 std::string fmt(const char* format, double v) {
   char buf[64];
@@ -29,8 +28,7 @@ std::string rate_str(double flops, double ms) {
   return per_s >= 1e12 ? fmt("%.1f TFLOP/s", per_s / 1e12) : fmt("%.2f GFLOP/s", per_s / 1e9);
 }
 
-std::string mask_str(const RunConfig& c) {
-  const flashattn::AttentionOptions& o = c.options;
+std::string mask_str(const flashattn::AttentionOptions& o) {
   std::string m = o.causal ? "causal" : "non-causal";
   if (o.window_left >= 0 || o.window_right >= 0) {
     m += ", window (" + std::to_string(o.window_left) + ", " + std::to_string(o.window_right) + ")";
@@ -40,6 +38,8 @@ std::string mask_str(const RunConfig& c) {
   }
   return m;
 }
+
+namespace {
 
 const char* direction(const RunConfig& c) { return c.backward ? "backward" : "forward"; }
 
@@ -62,6 +62,20 @@ void error_json(Json& j, const TensorCheck& t) {
 
 }  // namespace
 
+void print_tensor_checks(const std::vector<TensorCheck>& tensors, std::FILE* out) {
+  for (const TensorCheck& t : tensors) {
+    const auto& e = t.error;
+    const std::string err = e.nan_mismatches > 0 ? "NaN x" + std::to_string(e.nan_mismatches) : fmt("%.3e", e.max_error);
+    std::fprintf(out, "    %-4s max err %-9s  bound %.3e  (same-precision %.3e, atol %.1e)  %s\n", t.name.c_str(),
+                 err.c_str(), e.bound, e.same_error, e.atol, e.ok ? "PASS" : "FAIL");
+    if (!e.ok) std::fprintf(out, "         %s\n", e.describe(t.dim).c_str());
+  }
+}
+
+void tensor_checks_json(const std::vector<TensorCheck>& tensors, Json* json) {
+  for (const TensorCheck& t : tensors) error_json(*json, t);
+}
+
 void print_human(const RunReport& r, std::FILE* out) {
   const RunConfig& c = *r.config;
   const Layout& l = *r.layout;
@@ -72,7 +86,7 @@ void print_human(const RunReport& r, std::FILE* out) {
                static_cast<long long>(l.batch), static_cast<long long>(l.heads_q), static_cast<long long>(l.heads_kv),
                static_cast<long long>(l.seqlen_q), static_cast<long long>(l.seqlen_k), l.varlen ? ", varlen maxima" : "",
                static_cast<long long>(l.hdim_qk), static_cast<long long>(l.hdim_v), flashattn::to_string(c.dtype),
-               mask_str(c).c_str(), r.softmax_scale);
+               mask_str(c.options).c_str(), r.softmax_scale);
   if (l.varlen) {
     std::fprintf(out, "  varlen   %lld query and %lld key tokens packed (of %lld and %lld padded)\n",
                  static_cast<long long>(l.total_q), static_cast<long long>(l.total_k),
@@ -114,13 +128,7 @@ void print_human(const RunReport& r, std::FILE* out) {
   }
   std::fprintf(out, "  check    vs float64 reference on %s%s, %.1f s; rule: err <= 2 x same-precision err + atol\n",
                rows.c_str(), k.sampled ? " (sampled)" : "", k.seconds);
-  for (const TensorCheck& t : k.tensors) {
-    const auto& e = t.error;
-    const std::string err = e.nan_mismatches > 0 ? "NaN x" + std::to_string(e.nan_mismatches) : fmt("%.3e", e.max_error);
-    std::fprintf(out, "    %-4s max err %-9s  bound %.3e  (same-precision %.3e, atol %.1e)  %s\n", t.name.c_str(),
-                 err.c_str(), e.bound, e.same_error, e.atol, e.ok ? "PASS" : "FAIL");
-    if (!e.ok) std::fprintf(out, "         %s\n", e.describe(t.dim).c_str());
-  }
+  print_tensor_checks(k.tensors, out);
   std::fprintf(out, "  result   %s\n", r.ok() ? "PASS" : "FAIL");
 }
 
@@ -200,15 +208,15 @@ std::string to_json(const RunReport& r) {
         .field("key_rows", k.k_rows)
         .field("total_k", k.total_k)
         .field("seconds", k.seconds);
-    for (const TensorCheck& t : k.tensors) error_json(j, t);
+    tensor_checks_json(k.tensors, &j);
     j.end_object();
   }
   j.end_object();
   return j.str();
 }
 
-void print_error(bool json, int exit_code, const std::string& message) {
-  std::fprintf(stderr, "flashattn run: %s\n", message.c_str());
+void print_error(bool json, int exit_code, const std::string& message, const char* command) {
+  std::fprintf(stderr, "flashattn %s: %s\n", command, message.c_str());
   if (json) {
     Json j;
     j.begin_object().field("tool", "flashattn").field("ok", false).field("exit_code", exit_code).field("error", message);

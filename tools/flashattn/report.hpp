@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "check.hpp"
 #include "config.hpp"
@@ -44,8 +45,18 @@ struct RunReport {
 void print_human(const RunReport& report, std::FILE* out);
 std::string to_json(const RunReport& report);
 
-// An error before or during the call: "flashattn run: <message>" on stderr, and with --json also
-// {"ok": false, "exit_code": N, "error": "..."} on stdout.
-void print_error(bool json, int exit_code, const std::string& message);
+// Pieces the commands' reports share.
+class Json;
+std::string fmt(const char* format, double v);  // snprintf of one number
+std::string bytes_str(double bytes);            // "1.5 MiB"; "unknown" when < 0
+std::string time_str(double ms);                // "1.234 ms", "2.500 s"
+std::string mask_str(const flashattn::AttentionOptions& options);  // "causal, window (8, -1), softcap 30"
+// One line per checked tensor ("out  max err ... PASS"), and one JSON object per tensor.
+void print_tensor_checks(const std::vector<TensorCheck>& tensors, std::FILE* out);
+void tensor_checks_json(const std::vector<TensorCheck>& tensors, Json* json);
+
+// An error before or during the call: "flashattn <command>: <message>" on stderr, and with --json
+// also {"ok": false, "exit_code": N, "error": "..."} on stdout.
+void print_error(bool json, int exit_code, const std::string& message, const char* command = "run");
 
 }  // namespace fa_cli

@@ -1,7 +1,6 @@
 #include "run_command.hpp"
 
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +12,7 @@
 #include "flops.hpp"
 #include "gpu.hpp"
 #include "host_memory.hpp"
+#include "option_context.hpp"
 #include "options.hpp"
 #include "problem.hpp"
 #include "report.hpp"
@@ -26,14 +26,12 @@ using flashattn::StatusCode;
 
 namespace {
 
-// The command-line option behind the argument a library Status names, so the message says which
-// option to change ("--headdim 12: hdim_qk ... = 12 is not supported: ..."). The argument named
-// first in the message wins.
+// The option behind the argument a library Status names (option_context.hpp).
 std::string option_context(const std::string& message, const RunConfig& c) {
   const flashattn::AttentionOptions& o = c.options;
   const std::string window = "--window " + std::to_string(o.window_left) + "," + std::to_string(o.window_right);
   const std::string heads = "--heads " + std::to_string(c.heads_q) + " --heads-kv " + std::to_string(c.heads_kv);
-  std::vector<std::pair<std::string, std::string>> needles = {
+  const OptionNeedles needles = {
       {"hdim_qk", "--headdim " + std::to_string(c.hdim_qk)},
       {"hdim_v", "--headdim-v " + std::to_string(c.hdim_v)},
       {"head dim", "--headdim " + std::to_string(c.hdim_qk) +
@@ -49,19 +47,7 @@ std::string option_context(const std::string& message, const RunConfig& c) {
       {"device", std::string("--backend ") + flashattn::to_string(c.device)},
       {"path = ", "--path " + c.path + " --backend " + flashattn::to_string(c.device)},
   };
-  for (const ScoreOptionValue& s : score_option_values(o)) needles.emplace_back(s.name, s.flag);  // the table's
-  std::size_t best = std::string::npos;
-  std::string option;
-  for (const auto& [needle, opt] : needles) {
-    const std::size_t at = message.find(needle);
-    if (at < best) best = at, option = opt;
-  }
-  return option.empty() ? "" : option + ": ";
-}
-
-int exit_code_of(const Status& s) {
-  return s.code == StatusCode::invalid_argument || s.code == StatusCode::not_supported ? kExitBadOptions
-                                                                                       : kExitRunFailed;
+  return fa_cli::option_context(message, needles, o);
 }
 
 // A Status from the library: a rejected configuration names the option; a failed call (CUDA
@@ -83,19 +69,6 @@ std::string device_description(const RunConfig& c) {
   return std::to_string(omp_get_max_threads()) + " threads";
 }
 
-// Host memory check before allocating: refuse clearly rather than be killed.
-bool fits_in_host_memory(std::size_t bytes, std::string* error) {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  if (pages <= 0 || page <= 0) return true;
-  const double total = static_cast<double>(pages) * static_cast<double>(page);
-  if (static_cast<double>(bytes) <= 0.8 * total) return true;
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "the tensors need %.2f GiB of host memory, more than 80%% of the %.2f GiB here",
-                static_cast<double>(bytes) / (1 << 30), total / (1 << 30));
-  *error = buf;
-  return false;
-}
-
 std::size_t tensors_bytes_estimate(const Layout& l, const RunConfig& c) {
   const double e = static_cast<double>(flashattn::element_size(c.dtype));
   double n = static_cast<double>(l.total_q) * l.heads_q * (l.hdim_qk + l.hdim_v) * e +      // q, out
@@ -108,9 +81,9 @@ std::size_t tensors_bytes_estimate(const Layout& l, const RunConfig& c) {
 }  // namespace
 
 int run_command(const std::vector<std::string>& args) {
-  RunOptions options;
+  Options options;
   std::string error;
-  if (!parse_run_options(args, &options, &error)) {
+  if (!parse_options(Command::run, args, &options, &error)) {
     bool json = false;
     for (const auto& a : args) json = json || a == "--json";
     print_error(json, kExitBadOptions, error);

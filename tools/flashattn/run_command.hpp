@@ -4,15 +4,9 @@
 #include <string>
 #include <vector>
 
-namespace fa_cli {
+#include "exit_code.hpp"
 
-// Exit codes of the tool.
-enum ExitCode : int {
-  kExitOk = 0,
-  kExitCheckFailed = 1,
-  kExitBadOptions = 2,  // a bad option, or a configuration the library does not support
-  kExitRunFailed = 3,   // the call or the CUDA runtime failed (cuda_error, internal)
-};
+namespace fa_cli {
 
 int run_command(const std::vector<std::string>& args);
 

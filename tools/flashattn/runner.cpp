@@ -32,12 +32,10 @@ double Timings::median_ms() const {
 
 double Timings::min_ms() const { return ms.empty() ? 0 : *std::min_element(ms.begin(), ms.end()); }
 
-Status poison_outputs(Tensors* t, bool backward, void* stream) {
-  std::vector<Buffer*> outs = backward ? std::vector<Buffer*>{&t->dq, &t->dk, &t->dv}
-                                       : std::vector<Buffer*>{&t->out, &t->lse};
-  for (Buffer* b : outs) {
+Status poison(const std::vector<Buffer*>& buffers, flashattn::Device device, void* stream) {
+  for (Buffer* b : buffers) {
     if (b->data() == nullptr) continue;
-    if (t->device == flashattn::Device::cuda) {
+    if (device == flashattn::Device::cuda) {
       Status s = cuda_status(gpu::memset_async(b->data(), 0xff, b->bytes(), stream));
       if (!s.ok()) return s;
     } else {
@@ -47,38 +45,44 @@ Status poison_outputs(Tensors* t, bool backward, void* stream) {
   return Status::success();
 }
 
-Status time_calls(const RunConfig& c, Tensors* t, bool backward, void* stream, const std::function<Status()>& call,
+Status poison_outputs(Tensors* t, bool backward, void* stream) {
+  return poison(backward ? std::vector<Buffer*>{&t->dq, &t->dk, &t->dv} : std::vector<Buffer*>{&t->out, &t->lse},
+                t->device, stream);
+}
+
+Status time_calls(const CallLoop& loop, const std::function<Status()>& before_call, const std::function<Status()>& call,
                   Timings* timings, const std::function<Status()>& after_call) {
-  const bool on_gpu = t->device == flashattn::Device::cuda;
-  const int64_t calls = c.warmup + c.repeats;
-  Progress progress(!c.quiet, "run");
-  gpu::EventTimer* events = nullptr;
-  std::unique_ptr<gpu::EventTimer> owned;
-  if (on_gpu) {
-    owned = std::make_unique<gpu::EventTimer>();
-    events = owned.get();
-  }
+  const int64_t calls = loop.warmup + loop.repeats;
+  Progress progress(!loop.quiet, loop.label);
+  std::unique_ptr<gpu::EventTimer> events;
+  if (loop.on_gpu) events = std::make_unique<gpu::EventTimer>();
   timings->ms.clear();
   for (int64_t n = 0; n < calls; ++n) {
-    Status s = poison_outputs(t, backward, stream);
+    Status s = before_call();
     if (!s.ok()) return s;
     double ms = 0;
-    if (on_gpu) {
-      if (s = cuda_status(events->start(stream)); !s.ok()) return s;
+    if (loop.on_gpu) {
+      if (s = cuda_status(events->start(loop.stream)); !s.ok()) return s;
       if (s = call(); !s.ok()) return s;
-      if (s = cuda_status(events->stop_ms(stream, &ms)); !s.ok()) return s;
+      if (s = cuda_status(events->stop_ms(loop.stream, &ms)); !s.ok()) return s;
     } else {
       const auto t0 = std::chrono::steady_clock::now();
       if (s = call(); !s.ok()) return s;
       ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
-    if (n >= c.warmup) timings->ms.push_back(ms);
+    if (n >= loop.warmup) timings->ms.push_back(ms);
     if (after_call) {
       if (s = after_call(); !s.ok()) return s;
     }
     progress.count(n + 1, calls);
   }
   return Status::success();
+}
+
+Status time_calls(const RunConfig& c, Tensors* t, bool backward, void* stream, const std::function<Status()>& call,
+                  Timings* timings, const std::function<Status()>& after_call) {
+  const CallLoop loop{c.warmup, c.repeats, t->device == flashattn::Device::cuda, stream, c.quiet, "run"};
+  return time_calls(loop, [&] { return poison_outputs(t, backward, stream); }, call, timings, after_call);
 }
 
 uint64_t hash_gradients(const Tensors& host) {

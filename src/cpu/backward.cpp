@@ -146,6 +146,10 @@ void backward_step(const BwdParams& p, const BackwardScratch& t, const HeadView&
   matmul_acc(dq_t, kBlockM, transposed(k.data, k.ld), t.dst, kBlockM, d, c.rows, c.cols);              // dQᵀ += Kᵀ·dSᵀ
 }
 
+// Key blocks per sweep over the query blocks (the backward's taller tile, as the forward's
+// kMaxQueryBlocksPerTask).
+constexpr int64_t kKeyBlocksPerSweep = 8;
+
 // One task: kv head h_kv of sequence b, key blocks split, split + splits, ...
 void backward_task(const BwdParams& p, const BackwardScratch& t, DqAccumulators& dq, int64_t b, int64_t h_kv,
                    int64_t split) {
@@ -159,17 +163,24 @@ void backward_task(const BwdParams& p, const BackwardScratch& t, DqAccumulators&
   std::fill(t.dk, t.dk + seq.len_k * d, 0.f);
   std::fill(t.dv, t.dv + seq.len_k * dv, 0.f);
 
+  // Key blocks go in groups of kKeyBlocksPerSweep: one sweep over the query blocks serves the whole
+  // group, so each query block's tiles (Qᵀ, dOᵀ, Q, dO) are read once per group, not once per key block.
+  const int64_t group_stride = kKeyBlocksPerSweep * splits;
   for (int64_t h = h_kv * group; h < (h_kv + 1) * group && seq.len_q > 0; ++h) {
     const HeadView hv(p, b, h);
     prepare_queries(p, t, hv);
-    for (int64_t n_block = split; n_block < n_blocks; n_block += splits) {
-      const int64_t key0 = n_block * kBlockN, cols = std::min(kBlockN, seq.len_k - key0);
-      const RowBlock k = rows_from(hv.k, t.k, key0, d), v = rows_from(hv.v, t.v, key0, dv);
-      const Range rows = hv.mask.rows_of_keys({key0, key0 + cols});
+    for (int64_t first = split; first < n_blocks; first += group_stride) {
+      const int64_t last = std::min(first + group_stride - splits, (n_blocks - 1 - split) / splits * splits + split);
+      const Range rows = hv.mask.rows_of_keys({first * kBlockN, std::min(seq.len_k, (last + 1) * kBlockN)});
       for (int64_t m_block = rows.begin / kBlockM; !rows.empty() && m_block <= (rows.end - 1) / kBlockM; ++m_block) {
-        const int64_t row0 = m_block * kBlockM;
-        backward_step(p, t, hv, {row0, std::min(kBlockM, seq.len_q - row0), key0, cols}, k, v,
-                      dq.tile(split, b, h, m_block));
+        const int64_t row0 = m_block * kBlockM, m_rows = std::min(kBlockM, seq.len_q - row0);
+        for (int64_t n_block = first; n_block <= last; n_block += splits) {
+          const int64_t key0 = n_block * kBlockN, cols = std::min(kBlockN, seq.len_k - key0);
+          const Range seen_by = hv.mask.rows_of_keys({key0, key0 + cols});
+          if (seen_by.empty() || row0 >= seen_by.end || row0 + m_rows <= seen_by.begin) continue;
+          backward_step(p, t, hv, {row0, m_rows, key0, cols}, rows_from(hv.k, t.k, key0, d),
+                        rows_from(hv.v, t.v, key0, dv), dq.tile(split, b, h, m_block));
+        }
       }
     }
   }

@@ -39,10 +39,17 @@ ap.add_argument("--batch", type=int, default=1)
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--rounds", type=int, default=7)
 ap.add_argument("--bwd", action="store_true")
+ap.add_argument("--cpu-time", action="store_true",
+                help="time the calling thread's CPU time instead of wall time (needs --threads 1: every "
+                     "implementation then computes on the calling thread); robust to other processes "
+                     "taking the cores, not to what they do to the caches")
 ap.add_argument("--json", help="write the cells to this file")
 ap.add_argument("--append", action="store_true", help="add to --json's rows instead of replacing the file")
 a = ap.parse_args()
 rows = []
+if a.cpu_time and a.threads != 1:
+    sys.exit("--cpu-time needs --threads 1")
+clock = time.thread_time if a.cpu_time else time.perf_counter
 
 
 def cpu_info():
@@ -95,7 +102,7 @@ for dt in a.dtypes.split(","):
                     order = fns if r % 2 == 0 else fns[::-1]
                     for l, f in order:
                         time.sleep(0.005)
-                        t0 = time.perf_counter(); f(); t = time.perf_counter() - t0
+                        t0 = clock(); f(); t = clock() - t0
                         if r > 0: times[l].append(t)
                 with torch.no_grad():
                     if a.bwd:
@@ -114,7 +121,8 @@ for dt in a.dtypes.split(","):
                             "mode": "bwd" if a.bwd else "fwd", "causal": bool(c), "dtype": dt, "hdim": d,
                             "seqlen": s, "batch": a.batch, "heads": a.heads, "threads": a.threads,
                             "gflops": round(flops / med[l] * 1e-9, 2), "gflops_best": round(flops / mn[l] * 1e-9, 2),
-                            "ms": round(med[l] * 1e3, 3), "ms_min": round(mn[l] * 1e3, 3), "reps": len(t)}
+                            "ms": round(med[l] * 1e3, 3), "ms_min": round(mn[l] * 1e3, 3), "reps": len(t),
+                            "clock": "thread_cpu" if a.cpu_time else "wall"}
                     if l != "torch":
                         cell["path"] = "cpu"
                         cell["vs_torch"] = round(med["torch"] / med[l], 3)

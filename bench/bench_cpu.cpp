@@ -39,6 +39,7 @@
 #include "api/validate.hpp"
 #include "cpu/convert.hpp"
 #include "cpu/matmul.hpp"
+#include "cpu/tile_math.hpp"
 #include "cpu/reference.hpp"
 #include "flashattn/flashattn.hpp"
 
@@ -499,10 +500,11 @@ int main(int argc, char** argv) {
   const std::vector<double> load_start = load_avg();
   const std::string cpu = cpu_model();
   const std::string matmul = fa::cpu::matmul_engine();  // what runs the tile products (matmul.hpp)
+  const std::string tile_math = fa::cpu::tile_math_isa();  // which clone runs the tile math (tile_math.hpp)
   const unsigned cores = static_cast<unsigned>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
 
-  std::printf("bench_cpu: %s, %u cores, tile products on %s, threads %s, commit %s%s, load %.2f %.2f %.2f\n",
-              cpu.c_str(), cores, matmul.c_str(), threads_str.c_str(), commit.c_str(),
+  std::printf("bench_cpu: %s, %u cores, tile products on %s, tile math on %s, threads %s, commit %s%s, load %.2f %.2f %.2f\n",
+              cpu.c_str(), cores, matmul.c_str(), tile_math.c_str(), threads_str.c_str(), commit.c_str(),
               dirty.empty() ? "" : " (+ uncommitted CPU-side changes)",
               load_start[0], load_start[1], load_start[2]);
   std::printf(
@@ -631,7 +633,7 @@ int main(int argc, char** argv) {
     std::ofstream f(o.out);
     if (!f) die("cannot write " + o.out);
     f << "{\"gpu\": null, \"cpu\": \"" << json_escape(cpu) << "\", \"cpu_matmul\": \"" << json_escape(matmul)
-      << "\", \"cores\": " << cores << ", \"threads\": ["
+      << "\", \"cpu_tile_math\": \"" << tile_math << "\", \"cores\": " << cores << ", \"threads\": ["
       << threads_str << "]"
       << ",\n \"commit\": \"" << commit << "\", \"tree_dirty\": " << (dirty.empty() ? "false" : "true")
       << ", \"date\": \"" << today() << "\",\n \"load_avg\": [" << num(load_start[0], 3) << ", "

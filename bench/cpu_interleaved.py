@@ -9,11 +9,16 @@ autograd.grad of SDPA with retain_graph). Inputs [batch, seqlen, heads, d] for f
   OMP_NUM_THREADS=2 python bench/cpu_interleaved.py --lib before=/tmp/a/libflashattn_c.so \
       --lib after=build/libflashattn_c.so --dtypes f32,bf16 --seqlens 1024,2048,4096
 
-Used for docs/cpu-benchmark.md's comparison with PyTorch; bench_cpu + cpu_torch_sdpa.py remain the
-JSON record.
+Used for docs/cpu-benchmark.md's comparison with PyTorch. --json FILE also writes the cells as a
+record (BENCHMARK.md's format with gflops; one row per implementation and cell, vs_torch on
+flashattn's; the CPU model, its ISA flags and torch's CPU capability at the top); with --append, the
+rows of this run are added to FILE's (e.g. the backward after the forward).
 """
 import argparse
+import datetime
+import json
 import os
+import subprocess
 import statistics
 import sys
 import time
@@ -34,7 +39,28 @@ ap.add_argument("--batch", type=int, default=1)
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--rounds", type=int, default=7)
 ap.add_argument("--bwd", action="store_true")
+ap.add_argument("--cpu-time", action="store_true",
+                help="time the calling thread's CPU time instead of wall time (needs --threads 1: every "
+                     "implementation then computes on the calling thread); robust to other processes "
+                     "taking the cores, not to what they do to the caches")
+ap.add_argument("--json", help="write the cells to this file")
+ap.add_argument("--append", action="store_true", help="add to --json's rows instead of replacing the file")
 a = ap.parse_args()
+rows = []
+if a.cpu_time and a.threads != 1:
+    sys.exit("--cpu-time needs --threads 1")
+clock = time.thread_time if a.cpu_time else time.perf_counter
+
+
+def cpu_info():
+    model, flags = "", []
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name") and not model:
+            model = line.split(":", 1)[1].strip()
+        if line.startswith("flags") and not flags:
+            flags = line.split(":", 1)[1].split()
+    isa = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16") if f in flags]
+    return model, isa
 torch.set_num_threads(a.threads)
 libs = [(s.split("=")[0], FlashAttn(s.split("=")[1])) for s in a.lib]
 DT = {"f32": torch.float32, "bf16": torch.bfloat16}
@@ -76,7 +102,7 @@ for dt in a.dtypes.split(","):
                     order = fns if r % 2 == 0 else fns[::-1]
                     for l, f in order:
                         time.sleep(0.005)
-                        t0 = time.perf_counter(); f(); t = time.perf_counter() - t0
+                        t0 = clock(); f(); t = clock() - t0
                         if r > 0: times[l].append(t)
                 with torch.no_grad():
                     if a.bwd:
@@ -90,3 +116,27 @@ for dt in a.dtypes.split(","):
                 mn = {l: min(t) for l, t in times.items()}
                 row = [dt, str(d), str(s), str(c)] + [f"{flops/med[l]*1e-9:.0f} ({mn[l]*1e3:.1f})" for l, _ in fns] + [f"{med['torch']/med[l]:.2f}x" for l, _ in libs]
                 print(" | ".join(row) + f"  err {err:.1e}", flush=True)
+                for l, t in times.items():
+                    cell = {"impl": "torch-sdpa-cpu" if l == "torch" else "flashattn", "label": l,
+                            "mode": "bwd" if a.bwd else "fwd", "causal": bool(c), "dtype": dt, "hdim": d,
+                            "seqlen": s, "batch": a.batch, "heads": a.heads, "threads": a.threads,
+                            "gflops": round(flops / med[l] * 1e-9, 2), "gflops_best": round(flops / mn[l] * 1e-9, 2),
+                            "ms": round(med[l] * 1e3, 3), "ms_min": round(mn[l] * 1e3, 3), "reps": len(t),
+                            "clock": "thread_cpu" if a.cpu_time else "wall"}
+                    if l != "torch":
+                        cell["path"] = "cpu"
+                        cell["vs_torch"] = round(med["torch"] / med[l], 3)
+                    rows.append(cell)
+if a.json:
+    model, isa = cpu_info()
+    here = os.path.dirname(os.path.abspath(__file__))
+    commit = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    record = {"gpu": None, "cpu": model, "cpu_isa": isa, "cores": os.cpu_count(), "commit": commit,
+              "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+              "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+              "libs": {l: p for l, p in (x.split("=", 1) for x in a.lib)}, "rounds": a.rounds, "rows": []}
+    if a.append and os.path.exists(a.json):
+        record = json.load(open(a.json))
+    record.setdefault("load_avg", []).append(open("/proc/loadavg").read().split()[:3])
+    record["rows"] += rows
+    json.dump(record, open(a.json, "w"), indent=1)

@@ -1,15 +1,20 @@
 // CPU backward: FlashAttention's backward by recomputation. P is never stored: each tile recomputes
 // S = Q·Kᵀ (score.hpp: transformed, masked) and P = exp(S − LSE) from the forward's LSE, then
 //   dV += Pᵀ·dO,   dP = dO·Vᵀ,   dS = P∘(dP − D) ∘ the score transform's slope,   D = rowsum(dO∘O),
-//   dQ += dS·K·scale,   dK += dSᵀ·Q·scale.
-// Race-free without atomics, hence deterministic: pass 1 gives each (batch, kv head, key block) to
-// one thread, which owns those rows of dK, dV and sums over every query head of its GQA group and
-// every query block that sees the keys; pass 2 gives each (batch, query head, query block) to one
-// thread for dQ. D is recomputed per query tile (one dot product per row) instead of kept in an
-// O(N) workspace.
+//   dQ += dS·K·scale,   dK += dSᵀ·Q·scale:
+// the five products of the FLOP count, once each. Tiles are transposed as in the forward
+// (tile_math.hpp): Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, dV += Pᵀ·dO, dK += dSᵀ·Q and dQᵀ += Kᵀ·dSᵀ read K, V, Q and
+// dO as stored (in place when they are float); only Qᵀ and dOᵀ are made, once per query block.
+// Race-free without atomics, hence deterministic: a task is (batch, kv head, split); it owns the dK,
+// dV rows of its key blocks (every split-th block) and sums them over every query head of its GQA
+// group and every query block that sees them. Its dQ contributions go to the split's own fp32
+// accumulator, and a last pass adds the splits in order. Splits exist only to give every thread a
+// task when there are fewer (batch, kv head) pairs than threads. Memory: O(N) per thread (the
+// head's transposed Q, dO and its dK, dV accumulators) and the fp32 dQ accumulators.
 #include <omp.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "cpu/cpu_backend.hpp"
 #include "cpu/mask.hpp"
@@ -20,36 +25,6 @@
 
 namespace flashattn::cpu {
 namespace {
-
-// One thread's tiles (both passes).
-struct BackwardTiles {
-  float* q;        // [kBlockM][d]        query tile
-  float* dout;     // [kBlockM][dv]       dO tile
-  float* lse;      // [kBlockM]           the forward's LSE of the query rows
-  float* delta;    // [kBlockM]           D = rowsum(dO∘O)
-  float* kt;       // [d][kBlockN]        key tile, transposed (for S)
-  float* vt;       // [dv][kBlockN]       value tile, transposed (for dP)
-  float* k;        // [kBlockN][d]        key tile as stored (for dQ)
-  float* p;        // [kBlockM][kBlockN]  scores, then P
-  float* ds;       // [kBlockM][kBlockN]  dP, then dS·scale
-  float* dq;       // [kBlockM][d]        dQ accumulator (pass 2)
-  float* dk;       // [kBlockN][d]        dK accumulator (pass 1)
-  float* dv;       // [kBlockN][dv]       dV accumulator (pass 1)
-  float* row_buf;  // [max(d, dv)]        staging row of the loaders
-
-  static BackwardTiles carve(ThreadScratch::Carver& c, int64_t d, int64_t dv) {
-    return {c.take(kBlockM * d),       c.take(kBlockM * dv),      c.take(kBlockM),
-            c.take(kBlockM),           c.take(d * kBlockN),       c.take(dv * kBlockN),
-            c.take(kBlockN * d),       c.take(kBlockM * kBlockN), c.take(kBlockM * kBlockN),
-            c.take(kBlockM * d),       c.take(kBlockN * d),       c.take(kBlockN * dv),
-            c.take(std::max(d, dv))};
-  }
-  static int64_t floats(int64_t d, int64_t dv) {
-    ThreadScratch::Carver counter(nullptr);
-    carve(counter, d, dv);
-    return counter.used();
-  }
-};
 
 // Where one (batch, query head) and its kv head live: the rows of every tensor the backward reads
 // or writes, and the mask of the sequence.
@@ -76,128 +51,187 @@ struct HeadView {
   static int64_t kv(const BwdParams& p, int64_t h) { return h / p.group_size(); }
 };
 
-// Query tile loader: Q, dO, LSE of rows [row0, row0 + rows), and D = rowsum(dO∘O) from the stored
-// (rounded) O, as the forward wrote it.
-void load_query_tile(const BwdParams& p, const BackwardTiles& t, const HeadView& hv, int64_t row0, int64_t rows) {
-  const int64_t d = p.hdim_qk, dv = p.hdim_v;
-  load_tile(t.q, d, hv.q, row0, rows, d);
-  load_tile(t.dout, dv, hv.dout, row0, rows, dv);
-  for (int64_t r = 0; r < rows; ++r) {
-    load_row(t.row_buf, hv.out.data, hv.out.dtype, hv.out.at(row0 + r), dv);
-    t.delta[r] = row_dot(t.dout + r * dv, t.row_buf, dv);
-    t.lse[r] = hv.lse[row0 + r];
+// Whether the products can read a tensor's rows in place (float, rows at least `cols` apart);
+// otherwise they read a widened copy.
+bool in_place(const InRows& rows, int64_t cols) { return rows.dtype == DType::f32 && rows.row_stride >= cols; }
+
+// Rows from row0 on of a tensor, as the products read them: in place, or in its widened copy
+// `widened` [len][cols] (filled by widen_all).
+RowBlock rows_from(const InRows& src, const float* widened, int64_t row0, int64_t cols) {
+  if (in_place(src, cols)) return {static_cast<const float*>(src.data) + src.at(row0), src.row_stride};
+  return {widened + row0 * cols, cols};
+}
+void widen_all(float* widened, const InRows& src, int64_t len, int64_t cols) {
+  if (!in_place(src, cols)) load_tile(widened, cols, src, 0, len, cols);
+}
+
+// One thread's buffers, for sequences of up to len_q queries and len_k keys.
+struct BackwardScratch {
+  float* qt;     // [m_blocks][d][kBlockM]   query blocks, transposed
+  float* dot;    // [m_blocks][dv][kBlockM]  dO blocks, transposed
+  float* delta;  // [len_q]                  D = rowsum(dO∘O)
+  float* q;      // [len_q][d]   Q widened to float (bf16, f16 inputs; also k, v, dout)
+  float* dout;   // [len_q][dv]
+  float* k;      // [len_k][d]
+  float* v;      // [len_k][dv]
+  float* dk;     // [len_k][d]   dK accumulator
+  float* dv;     // [len_k][dv]  dV accumulator
+  float* st;     // [kBlockN][kBlockM]  scores, then P (transposed)
+  float* dst;    // [kBlockN][kBlockM]  dP, then dS·scale (transposed)
+  float* rows;   // [kBlockM][max(d, dv)]  staging rows (O for D; the dQ pass's output rows)
+
+  static BackwardScratch carve(ThreadScratch::Carver& c, const BwdParams& p) {
+    const int64_t d = p.hdim_qk, dv = p.hdim_v, len_q = p.seqlen_q, len_k = p.seqlen_k;
+    const int64_t m_rows = num_blocks(len_q, kBlockM) * kBlockM;
+    const bool widen = p.dtype != DType::f32;  // (a float tensor with overlapping rows widens too: rare)
+    const int64_t wq = widen || p.q_row_stride < d ? len_q : 0, wdo = widen || p.do_row_stride < dv ? len_q : 0;
+    const int64_t wk = widen || p.k_row_stride < d ? len_k : 0, wv = widen || p.v_row_stride < dv ? len_k : 0;
+    return {c.take(m_rows * d),  c.take(m_rows * dv),        c.take(len_q),
+            c.take(wq * d),      c.take(wdo * dv),           c.take(wk * d),
+            c.take(wv * dv),     c.take(len_k * d),          c.take(len_k * dv),
+            c.take(kBlockN * kBlockM), c.take(kBlockN * kBlockM), c.take(kBlockM * std::max(d, dv))};
+  }
+  static int64_t floats(const BwdParams& p) {
+    ThreadScratch::Carver counter(nullptr);
+    carve(counter, p);
+    return counter.used();
+  }
+};
+
+// The fp32 dQ accumulators: per split, (batch, query head) and query block, a transposed tile
+// [d][kBlockM].
+struct DqAccumulators {
+  int64_t splits, batch, heads, m_blocks, d;
+  std::vector<float> data;
+
+  DqAccumulators(const BwdParams& p, int64_t splits_)
+      : splits(splits_), batch(p.batch), heads(p.heads_q), m_blocks(num_blocks(p.seqlen_q, kBlockM)), d(p.hdim_qk),
+        data(static_cast<size_t>(splits * batch * heads * m_blocks * d * kBlockM)) {}
+
+  float* tile(int64_t split, int64_t b, int64_t h, int64_t m_block) {
+    return data.data() + (((split * batch + b) * heads + h) * m_blocks + m_block) * d * kBlockM;
+  }
+};
+
+// Per query head: Qᵀ and dOᵀ of every query block, D from the stored (rounded) O as the forward
+// wrote it, and the widened Q and dO when they are not read in place.
+void prepare_queries(const BwdParams& p, const BackwardScratch& t, const HeadView& hv) {
+  const int64_t d = p.hdim_qk, dv = p.hdim_v, len_q = hv.seq.len_q;
+  widen_all(t.q, hv.q, len_q, d);
+  widen_all(t.dout, hv.dout, len_q, dv);
+  for (int64_t row0 = 0; row0 < len_q; row0 += kBlockM) {
+    const int64_t rows = std::min(kBlockM, len_q - row0), m_block = row0 / kBlockM;
+    const RowBlock q = rows_from(hv.q, t.q, row0, d), dout = rows_from(hv.dout, t.dout, row0, dv);
+    transpose_into_tile(t.qt + m_block * d * kBlockM, q.data, q.ld, rows, d);
+    transpose_into_tile(t.dot + m_block * dv * kBlockM, dout.data, dout.ld, rows, dv);
+    const RowBlock out = row_block(hv.out, row0, rows, dv, t.rows);
+    for (int64_t r = 0; r < rows; ++r) t.delta[row0 + r] = row_dot(dout.data + r * dout.ld, out.data + r * out.ld, dv);
   }
 }
 
-// Key tile loader: Kᵀ and Vᵀ of keys [key0, key0 + cols), and K as stored when dQ needs it.
-void load_key_tile(const BwdParams& p, const BackwardTiles& t, const HeadView& hv, int64_t key0, int64_t cols,
-                   bool with_k) {
-  const int64_t d = p.hdim_qk, dv = p.hdim_v;
-  load_tile_transposed(t.kt, kBlockN, hv.k, key0, cols, d, t.row_buf);
-  load_tile_transposed(t.vt, kBlockN, hv.v, key0, cols, dv, t.row_buf);
-  if (with_k) load_tile(t.k, d, hv.k, key0, cols, d);
-}
-
-// Recomputation: P = exp(S − LSE) and dS·scale for the loaded query and key tiles, where
-// dS = P∘(dP − D), dP = dO·Vᵀ, times the score transform's slope at S (score.hpp's ScoreChain).
-// Masked entries get P = dS = 0 explicitly; a fully masked row has LSE = +inf, so its P is 0 too.
-void recompute_p_and_ds(const BwdParams& p, const BackwardTiles& t, const HeadView& hv, const TileCoords& c) {
-  const int64_t d = p.hdim_qk, dv = p.hdim_v;
-  score_tile(t.p, t.q, t.kt, d, c, p.options, hv.mask);
-  for (int64_t r = 0; r < c.rows; ++r) std::fill(t.ds + r * kBlockN, t.ds + r * kBlockN + c.cols, 0.f);
-  matmul_acc(t.ds, kBlockN, as_stored(t.dout, dv), t.vt, kBlockN, c.rows, c.cols, dv);  // dP
-
+// One (query block, key block) step: recompute Pᵀ and dSᵀ, then dV += Pᵀ·dO, dK += dSᵀ·Q (into the
+// task's accumulators at the key block's rows) and dQᵀ += Kᵀ·dSᵀ (into the query block's tile).
+void backward_step(const BwdParams& p, const BackwardScratch& t, const HeadView& hv, const TileCoords& c,
+                   RowBlock k, RowBlock v, float* dq_t) {
+  const int64_t d = p.hdim_qk, dv = p.hdim_v, m_block = c.row0 / kBlockM;
+  score_tile(t.st, k, t.qt + m_block * d * kBlockM, d, c, p.options, hv.mask);
+  for (int64_t j = 0; j < c.cols; ++j) std::fill(t.dst + j * kBlockM, t.dst + j * kBlockM + c.rows, 0.f);
+  matmul_acc(t.dst, kBlockM, as_stored(v.data, v.ld), t.dot + m_block * dv * kBlockM, kBlockM, c.cols, c.rows, dv);  // dPᵀ
   const ScoreChain chain = score_chain(p.options);
-  for (int64_t r = 0; r < c.rows; ++r) {
-    float* __restrict s_row = t.p + r * kBlockN;
-    float* __restrict ds_row = t.ds + r * kBlockN;
-    const float lse = t.lse[r], delta = t.delta[r];
-    for (int64_t j = 0; j < c.cols; ++j) {
-      const float s = s_row[j];
-      const bool visible = s != kNegInf;
-      const float prob = visible ? exp_poly(s - lse) : 0.f;
-      s_row[j] = prob;
-      ds_row[j] = prob * (ds_row[j] - delta) * chain(visible ? s : 0.f);
-    }
-  }
+  probs_and_dscores(t.st, t.dst, c.cols, c.rows, hv.lse + c.row0, t.delta + c.row0, chain.scale, chain.inv_cap);
+
+  const RowBlock q = rows_from(hv.q, t.q, c.row0, d), dout = rows_from(hv.dout, t.dout, c.row0, dv);
+  matmul_acc(t.dv + c.key0 * dv, dv, as_stored(t.st, kBlockM), dout.data, dout.ld, c.cols, dv, c.rows);  // dV += Pᵀ·dO
+  matmul_acc(t.dk + c.key0 * d, d, as_stored(t.dst, kBlockM), q.data, q.ld, c.cols, d, c.rows);         // dK += dSᵀ·Q
+  matmul_acc(dq_t, kBlockM, transposed(k.data, k.ld), t.dst, kBlockM, d, c.rows, c.cols);              // dQᵀ += Kᵀ·dSᵀ
 }
 
-// Pass 1: dK, dV of one key block of kv head h_kv, summed over the query heads of its group and the
-// query blocks that see the block; written once, zeros for keys no query sees.
-void dkdv_block(const BwdParams& p, const BackwardTiles& t, int64_t b, int64_t h_kv, int64_t n_block) {
-  const int64_t d = p.hdim_qk, dv = p.hdim_v, group = p.group_size();
+// Key blocks per sweep over the query blocks (the backward's taller tile, as the forward's
+// kMaxQueryBlocksPerTask).
+constexpr int64_t kKeyBlocksPerSweep = 8;
+
+// One task: kv head h_kv of sequence b, key blocks split, split + splits, ...
+void backward_task(const BwdParams& p, const BackwardScratch& t, DqAccumulators& dq, int64_t b, int64_t h_kv,
+                   int64_t split) {
+  const int64_t d = p.hdim_qk, dv = p.hdim_v, group = p.group_size(), splits = dq.splits;
   const HeadView first_head(p, b, h_kv * group);
   const Sequence& seq = first_head.seq;
-  const int64_t key0 = n_block * kBlockN;
-  if (key0 >= seq.len_k) return;  // a varlen sequence shorter than max_seqlen_k
-  const int64_t cols = std::min(kBlockN, seq.len_k - key0);
+  const int64_t n_blocks = num_blocks(seq.len_k, kBlockN);
+  if (split >= n_blocks) return;
+  widen_all(t.k, first_head.k, seq.len_k, d);
+  widen_all(t.v, first_head.v, seq.len_k, dv);
+  std::fill(t.dk, t.dk + seq.len_k * d, 0.f);
+  std::fill(t.dv, t.dv + seq.len_k * dv, 0.f);
 
-  load_key_tile(p, t, first_head, key0, cols, /*with_k=*/false);
-  std::fill(t.dk, t.dk + cols * d, 0.f);
-  std::fill(t.dv, t.dv + cols * dv, 0.f);
-  const Range rows = first_head.mask.rows_of_keys({key0, key0 + cols});
-  for (int64_t h = h_kv * group; h < (h_kv + 1) * group && !rows.empty(); ++h) {
+  // Key blocks go in groups of kKeyBlocksPerSweep: one sweep over the query blocks serves the whole
+  // group, so each query block's tiles (Qᵀ, dOᵀ, Q, dO) are read once per group, not once per key block.
+  const int64_t group_stride = kKeyBlocksPerSweep * splits;
+  for (int64_t h = h_kv * group; h < (h_kv + 1) * group && seq.len_q > 0; ++h) {
     const HeadView hv(p, b, h);
-    for (int64_t m_block = rows.begin / kBlockM; m_block <= (rows.end - 1) / kBlockM; ++m_block) {
-      const int64_t row0 = m_block * kBlockM;
-      const TileCoords c{row0, std::min(kBlockM, seq.len_q - row0), key0, cols};
-      load_query_tile(p, t, hv, c.row0, c.rows);
-      recompute_p_and_ds(p, t, hv, c);
-      matmul_acc(t.dv, dv, transposed(t.p, kBlockN), t.dout, dv, cols, dv, c.rows);  // dV += Pᵀ·dO
-      matmul_acc(t.dk, d, transposed(t.ds, kBlockN), t.q, d, cols, d, c.rows);      // dK += dSᵀ·Q
+    prepare_queries(p, t, hv);
+    for (int64_t first = split; first < n_blocks; first += group_stride) {
+      const int64_t last = std::min(first + group_stride - splits, (n_blocks - 1 - split) / splits * splits + split);
+      const Range rows = hv.mask.rows_of_keys({first * kBlockN, std::min(seq.len_k, (last + 1) * kBlockN)});
+      for (int64_t m_block = rows.begin / kBlockM; !rows.empty() && m_block <= (rows.end - 1) / kBlockM; ++m_block) {
+        const int64_t row0 = m_block * kBlockM, m_rows = std::min(kBlockM, seq.len_q - row0);
+        for (int64_t n_block = first; n_block <= last; n_block += splits) {
+          const int64_t key0 = n_block * kBlockN, cols = std::min(kBlockN, seq.len_k - key0);
+          const Range seen_by = hv.mask.rows_of_keys({key0, key0 + cols});
+          if (seen_by.empty() || row0 >= seen_by.end || row0 + m_rows <= seen_by.begin) continue;
+          backward_step(p, t, hv, {row0, m_rows, key0, cols}, rows_from(hv.k, t.k, key0, d),
+                        rows_from(hv.v, t.v, key0, dv), dq.tile(split, b, h, m_block));
+        }
+      }
     }
   }
-  store_tile(first_head.dk, key0, cols, d, t.dk, d);
-  store_tile(first_head.dv, key0, cols, dv, t.dv, dv);
+  for (int64_t n_block = split; n_block < n_blocks; n_block += splits) {
+    const int64_t key0 = n_block * kBlockN, cols = std::min(kBlockN, seq.len_k - key0);
+    store_tile(first_head.dk, key0, cols, d, t.dk + key0 * d, d);
+    store_tile(first_head.dv, key0, cols, dv, t.dv + key0 * dv, dv);
+  }
 }
 
-// Pass 2: dQ of one query block, over the key blocks it sees (the forward's block skipping).
-void dq_block(const BwdParams& p, const BackwardTiles& t, int64_t b, int64_t h, int64_t m_block) {
-  const int64_t d = p.hdim_qk;
+// The last pass: dQ of one query block, the splits' accumulators added in order.
+void store_dq_block(const BwdParams& p, const BackwardScratch& t, DqAccumulators& dq, int64_t b, int64_t h,
+                    int64_t m_block) {
   const HeadView hv(p, b, h);
-  const int64_t row0 = m_block * kBlockM;
+  const int64_t row0 = m_block * kBlockM, d = p.hdim_qk;
   if (row0 >= hv.seq.len_q) return;
   const int64_t rows = std::min(kBlockM, hv.seq.len_q - row0);
-
-  load_query_tile(p, t, hv, row0, rows);
-  std::fill(t.dq, t.dq + rows * d, 0.f);
-  const Range keys = hv.mask.keys_of_rows({row0, row0 + rows});
-  for (int64_t n_block = keys.begin / kBlockN; !keys.empty() && n_block <= (keys.end - 1) / kBlockN; ++n_block) {
-    const int64_t key0 = n_block * kBlockN;
-    const TileCoords c{row0, rows, key0, std::min(kBlockN, hv.seq.len_k - key0)};
-    load_key_tile(p, t, hv, key0, c.cols, /*with_k=*/true);
-    recompute_p_and_ds(p, t, hv, c);
-    matmul_acc(t.dq, d, as_stored(t.ds, kBlockN), t.k, d, rows, d, c.cols);  // dQ += dS·K
-  }
-  store_tile(hv.dq, row0, rows, d, t.dq, d);
+  const float* parts[64];
+  for (int64_t s = 0; s < dq.splits; ++s) parts[s] = dq.tile(s, b, h, m_block);
+  sum_transposed_tiles(t.rows, d, parts, dq.splits, rows, d);
+  store_tile(hv.dq, row0, rows, d, t.rows, d);
 }
 
 }  // namespace
 
 Status backward(const BwdParams& p) {
   const int64_t n_blocks = num_blocks(p.seqlen_k, kBlockN), m_blocks = num_blocks(p.seqlen_q, kBlockM);
-  const int64_t key_tasks = p.batch * p.heads_kv * n_blocks;
-  const int64_t query_tasks = p.batch * p.heads_q * m_blocks;
-  const int64_t most_tasks = std::max(key_tasks, query_tasks);
-  if (most_tasks == 0) return Status::success();
-  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), most_tasks));
-  ThreadScratch scratch(threads, BackwardTiles::floats(p.hdim_qk, p.hdim_v));
+  const int64_t kv_heads = p.batch * p.heads_kv;
+  if (kv_heads == 0 || (n_blocks == 0 && m_blocks == 0)) return Status::success();
+  const int64_t max_threads = omp_get_max_threads();
+  // Splits of a kv head's key blocks: enough for every thread to have a task (at most 64, the
+  // last pass's table), never more than there are key blocks.
+  const int64_t splits = std::clamp<int64_t>(num_blocks(max_threads, kv_heads), 1, std::min<int64_t>(64, std::max<int64_t>(n_blocks, 1)));
+  const int64_t tasks = kv_heads * splits, dq_tasks = p.batch * p.heads_q * m_blocks;
+  const int threads = static_cast<int>(std::min(max_threads, std::max(tasks, dq_tasks)));
+  ThreadScratch scratch(threads, BackwardScratch::floats(p));
+  DqAccumulators dq(p, splits);
 
 #pragma omp parallel num_threads(threads)
   {
     ThreadScratch::Carver carver(scratch.of_thread(omp_get_thread_num()));
-    const BackwardTiles tiles = BackwardTiles::carve(carver, p.hdim_qk, p.hdim_v);
-    // Pass 1, first key blocks first: under a causal mask they are seen by the most query rows.
+    const BackwardScratch t = BackwardScratch::carve(carver, p);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < key_tasks; ++task) {
-      const int64_t bh = task / n_blocks;
-      dkdv_block(p, tiles, bh / p.heads_kv, bh % p.heads_kv, task % n_blocks);
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t bh = task / splits;
+      backward_task(p, t, dq, bh / p.heads_kv, bh % p.heads_kv, task % splits);
     }
-    // Pass 2, last query blocks first: they see the most keys.
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < query_tasks; ++task) {
+#pragma omp for schedule(static)
+    for (int64_t task = 0; task < dq_tasks; ++task) {
       const int64_t bh = task / m_blocks;
-      dq_block(p, tiles, bh / p.heads_q, bh % p.heads_q, m_blocks - 1 - task % m_blocks);
+      store_dq_block(p, t, dq, bh / p.heads_q, bh % p.heads_q, task % m_blocks);
     }
   }
   return Status::success();

@@ -22,8 +22,8 @@ HeadViews<InRows> forward_views(const FwdParams& p, int64_t b, int64_t h) {
 }  // namespace
 
 Status forward(const FwdParams& p) {
-  for_each_query_block(p, [&](const ForwardTiles& tiles, int64_t b, int64_t h, int64_t m_block) {
-    attend_block(p, tiles, forward_views(p, b, h), m_block * kBlockM);
+  for_each_query_task(p, [&](const ForwardTiles& tiles, int64_t b, int64_t h, int64_t row0, int64_t blocks) {
+    attend_rows(p, tiles, forward_views(p, b, h), row0, blocks);
   });
   return Status::success();
 }

@@ -100,7 +100,7 @@ void rotate_queries(const KVCacheParams& p, void* rotated_q) {
 template <class Cache>
 void attend_cache(const KVCacheParams& p, const void* q, int64_t q_batch_stride, int64_t q_row_stride,
                   int64_t q_head_stride) {
-  for_each_query_block(p, [&](const ForwardTiles& tiles, int64_t b, int64_t h, int64_t m_block) {
+  for_each_query_task(p, [&](const ForwardTiles& tiles, int64_t b, int64_t h, int64_t row0, int64_t blocks) {
     const int64_t h_kv = h / p.group_size();
     const HeadViews<typename Cache::Rows> views{
         head_rows(q, p.dtype, q_batch_stride, q_row_stride, q_head_stride, b, 0, h),
@@ -110,7 +110,7 @@ void attend_cache(const KVCacheParams& p, const void* q, int64_t q_batch_stride,
         p.lse ? p.lse + b * p.lse_batch_stride + h * p.lse_head_stride : nullptr,
         p.seqlen_q,
         keys_of(p, b)};
-    attend_block(p, tiles, views, m_block * kBlockM);
+    attend_rows(p, tiles, views, row0, blocks);
   });
 }
 

@@ -45,6 +45,16 @@ class VisibleKeys {
     return {begin, end};
   }
 
+  // Masking a transposed score tile: the scores of key j against query rows [row0, row0 + rows)
+  // (one tile row) become −inf where the row may not see the key.
+  void mask_key(float* score_col, int64_t j, int64_t row0, int64_t rows) const {
+    Range seen = rows_of_keys({j, j + 1});
+    int64_t lo = std::clamp<int64_t>(seen.begin - row0, 0, rows);
+    int64_t hi = std::clamp<int64_t>(seen.end - row0, lo, rows);
+    std::fill(score_col, score_col + lo, kNegInf);
+    std::fill(score_col + hi, score_col + rows, kNegInf);
+  }
+
   // Masking: scores of row i (columns = keys [key0, key0 + cols)) it may not see become −inf.
   void mask_row(float* score_row, int64_t i, int64_t key0, int64_t cols) const {
     Range keys = keys_of_row(i);

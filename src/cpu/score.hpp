@@ -20,27 +20,19 @@ struct TileCoords {
   int64_t key0, cols;
 };
 
-// s[r][c] (leading dimension kBlockN) = score of query row0 + r against key key0 + c:
-//   (q_r · k_c) · scale, then softcap · tanh(· / softcap) when softcap > 0, then −inf where masked.
-// q is the query tile [rows][d]; kt the transposed key tile [d][kBlockN].
-inline void score_tile(float* s, const float* q, const float* kt, int64_t d, const TileCoords& t,
+// The score tile, transposed: st[j * kBlockM + i] = score of query row0 + i against key key0 + j:
+//   (q_i · k_j) · scale, then softcap · tanh(· / softcap) when softcap > 0, then −inf where masked.
+// keys is the key block [cols][d] as stored (read in place: Sᵀ = K·Qᵀ needs no transposed copy of
+// K); qt the query block transposed [d][kBlockM].
+inline void score_tile(float* st, RowBlock keys, const float* qt, int64_t d, const TileCoords& t,
                        const AttentionOptions& options, const VisibleKeys& mask) {
-  const float scale = softmax_scale(options), softcap = options.softcap;
-  for (int64_t r = 0; r < t.rows; ++r) std::fill(s + r * kBlockN, s + r * kBlockN + t.cols, 0.f);
-  matmul_acc(s, kBlockN, as_stored(q, d), kt, kBlockN, t.rows, t.cols, d);
-  for (int64_t r = 0; r < t.rows; ++r) {
-    float* s_row = s + r * kBlockN;
-    if (softcap > 0.f) {
-      const float pre = scale / softcap;  // softcap·tanh(x·scale / softcap) in one multiply
-      for (int64_t c = 0; c < t.cols; ++c) s_row[c] = softcap * tanh_poly(s_row[c] * pre);
-    } else {
-      scale_row(s_row, t.cols, scale);
-    }
-    mask.mask_row(s_row, t.row0 + r, t.key0, t.cols);
-  }
+  for (int64_t j = 0; j < t.cols; ++j) std::fill(st + j * kBlockM, st + j * kBlockM + t.rows, 0.f);
+  matmul_acc(st, kBlockM, as_stored(keys.data, keys.ld), qt, kBlockM, t.cols, t.rows, d);
+  finish_scores(st, t.cols, t.rows, softmax_scale(options), options.softcap);
+  for (int64_t j = 0; j < t.cols; ++j) mask.mask_key(st + j * kBlockM, t.key0 + j, t.row0, t.rows);
 }
 
-// The chain rule back through score_tile: d(score)/d(q·k) from the score s it produced (finite:
+// The chain rule back through score_tile (tile_math.cpp's probs_and_dscores applies it): d(score)/d(q·k) from the score s it produced (finite:
 // callers pass 0 for masked entries, whose gradient is 0 anyway). scale, times 1 − tanh² =
 // 1 − (s/softcap)² under softcap (d cap·tanh(x/cap)/dx).
 struct ScoreChain {

@@ -8,13 +8,9 @@
 
 #include "backend/params.hpp"
 #include "cpu/convert.hpp"
+#include "cpu/tile_math.hpp"
 
 namespace flashattn::cpu {
-
-// Query rows and keys per tile. 64 × 64 keeps every tile of a thread (Q, Kᵀ, V, S, the output
-// accumulator; ≤ 64 KiB each at head dim 256) within L2.
-constexpr int64_t kBlockM = 64;
-constexpr int64_t kBlockN = 64;
 
 constexpr int64_t num_blocks(int64_t n, int64_t block) { return (n + block - 1) / block; }
 
@@ -82,6 +78,8 @@ struct HeadRows {
   int64_t row_stride;
 
   int64_t at(int64_t row) const { return first + row * row_stride; }
+  // Rows [row0, row0 + n) lie at one stride (always, here): a product can read them in place.
+  bool uniform(int64_t /*row0*/, int64_t /*n*/) const { return true; }
 };
 using InRows = HeadRows<const void*>;
 using OutRows = HeadRows<void*>;
@@ -101,6 +99,8 @@ struct PagedRows {
   int64_t page_size, page_stride, row_stride, head_offset;
 
   int64_t at(int64_t t) const { return pages[t / page_size] * page_stride + (t % page_size) * row_stride + head_offset; }
+  // Keys [t0, t0 + n) lie at one stride when they are on one page.
+  bool uniform(int64_t t0, int64_t n) const { return n <= 1 || t0 / page_size == (t0 + n - 1) / page_size; }
 };
 
 // dst[c] = src[at + c] as float, c < n. The dtype switch sits outside the loop.
@@ -146,21 +146,42 @@ inline void store_row(void* dst, DType dtype, int64_t at, const float* __restric
 }
 
 // Tile loader: rows [row0, row0 + rows) × columns [0, cols) into tile[r * ld + c]. Rows is any
-// row addressing with data, dtype and at(row): HeadRows, PagedRows.
+// row addressing with data, dtype and at(row): HeadRows, PagedRows. bf16 and f16 are widened by
+// tile_math's dispatched loops.
 template <class Rows>
 void load_tile(float* tile, int64_t ld, const Rows& src, int64_t row0, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r) load_row(tile + r * ld, src.data, src.dtype, src.at(row0 + r), cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t at = src.at(row0 + r);
+    switch (src.dtype) {
+      case DType::bf16: widen_bf16(tile + r * ld, static_cast<const uint16_t*>(src.data) + at, cols); break;
+      case DType::f16: widen_f16(tile + r * ld, static_cast<const uint16_t*>(src.data) + at, cols); break;
+      default: load_row(tile + r * ld, src.data, src.dtype, at, cols); break;
+    }
+  }
 }
 
-// Transposed tile loader: the same rows into tile[c * ld + r], so that a later product can run its
-// inner loop along r (contiguous) instead of reducing along c.
+// A block of rows as a product reads it: row r, column c at data[r * ld + c], float.
+struct RowBlock {
+  const float* data;
+  int64_t ld;
+};
+
+// Rows [row0, row0 + rows) × columns [0, cols) as a RowBlock: read in place when they are float at
+// one stride (no copy), else loaded (widened, gathered from pages) into `tile` [rows][cols].
 template <class Rows>
-void load_tile_transposed(float* __restrict tile, int64_t ld, const Rows& src, int64_t row0, int64_t rows,
-                          int64_t cols, float* __restrict row_buf) {
-  for (int64_t r = 0; r < rows; ++r) {
-    load_row(row_buf, src.data, src.dtype, src.at(row0 + r), cols);
-    for (int64_t c = 0; c < cols; ++c) tile[c * ld + r] = row_buf[c];
-  }
+RowBlock row_block(const Rows& src, int64_t row0, int64_t rows, int64_t cols, float* tile) {
+  if (src.dtype == DType::f32 && src.uniform(row0, rows) && (rows == 1 || src.row_stride >= cols))
+    return {static_cast<const float*>(src.data) + src.at(row0), rows == 1 ? cols : src.row_stride};
+  load_tile(tile, cols, src, row0, rows, cols);
+  return {tile, cols};
+}
+
+// Rows [row0, row0 + rows) transposed into a tile with kBlockM columns: tile[c * kBlockM + r].
+template <class Rows>
+void load_tile_transposed(float* __restrict tile, const Rows& src, int64_t row0, int64_t rows, int64_t cols,
+                          float* __restrict staging) {
+  const RowBlock block = row_block(src, row0, rows, cols, staging);
+  transpose_into_tile(tile, block.data, block.ld, rows, cols);
 }
 
 // Tile store: tile[r * ld + c] into rows [row0, row0 + rows) × columns [0, cols) of dst.

@@ -1,0 +1,148 @@
+// The tile loop's vector math (tile_math.hpp), one source compiled per instruction set: GCC's
+// target_clones emits an AVX-512, an AVX2 + FMA and a baseline body of each function and an ifunc
+// resolver that picks one when the library is loaded. The inline helpers they call (exp_poly,
+// tanh_poly) are inlined into each clone, so they vectorize at that clone's width. Every loop runs
+// along a tile row (the queries), in the same order on every clone: the clones differ in vector
+// width and FMA contraction only, and a given machine always takes the same one.
+#include "cpu/tile_math.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "cpu/convert.hpp"
+#include "cpu/row_ops.hpp"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define FLASHATTN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define FLASHATTN_CLONES
+#endif
+
+namespace flashattn::cpu {
+namespace {
+constexpr float kInf = std::numeric_limits<float>::infinity();
+}
+
+FLASHATTN_CLONES
+void finish_scores(float* st, int64_t keys, int64_t queries, float scale, float softcap) {
+  if (softcap > 0.f) {
+    const float pre = scale / softcap;  // softcap·tanh(x·scale / softcap) in one multiply
+    for (int64_t j = 0; j < keys; ++j) {
+      float* __restrict row = st + j * kBlockM;
+      for (int64_t i = 0; i < queries; ++i) row[i] = softcap * tanh_poly(row[i] * pre);
+    }
+    return;
+  }
+  for (int64_t j = 0; j < keys; ++j) {
+    float* __restrict row = st + j * kBlockM;
+    for (int64_t i = 0; i < queries; ++i) row[i] *= scale;
+  }
+}
+
+FLASHATTN_CLONES
+void fold_scores(float* st, int64_t keys, int64_t queries, float* running_max, float* running_sum, float* acc_t,
+                 int64_t dv) {
+  float m_new[kBlockM], shift[kBlockM], rescale[kBlockM], block_sum[kBlockM];
+  for (int64_t i = 0; i < queries; ++i) m_new[i] = running_max[i];
+  // NaN scores are ignored by the max (they still propagate through exp and the sum).
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* __restrict row = st + j * kBlockM;
+    for (int64_t i = 0; i < queries; ++i) m_new[i] = row[i] > m_new[i] ? row[i] : m_new[i];
+  }
+  for (int64_t i = 0; i < queries; ++i) {
+    // A query that has seen no key yet has m = −inf; shifting by 0 instead keeps exp(−inf − (−inf))
+    // = NaN out: its masked scores give P = exp(−inf) = 0 and its (zero) state rescales by 0.
+    shift[i] = m_new[i] == -kInf ? 0.f : m_new[i];
+    rescale[i] = exp_poly(running_max[i] - shift[i]);
+    block_sum[i] = 0.f;
+  }
+  for (int64_t j = 0; j < keys; ++j) {
+    float* __restrict row = st + j * kBlockM;
+    for (int64_t i = 0; i < queries; ++i) {
+      const float p = exp_poly(row[i] - shift[i]);
+      row[i] = p;
+      block_sum[i] += p;
+    }
+  }
+  for (int64_t i = 0; i < queries; ++i) {
+    running_sum[i] = running_sum[i] * rescale[i] + block_sum[i];
+    running_max[i] = m_new[i];
+  }
+  for (int64_t c = 0; c < dv; ++c) {
+    float* __restrict acc_row = acc_t + c * kBlockM;
+    for (int64_t i = 0; i < queries; ++i) acc_row[i] *= rescale[i];
+  }
+}
+
+FLASHATTN_CLONES
+void finish_output(const float* acc_t, int64_t dv, int64_t queries, const float* running_max,
+                   const float* running_sum, float* out, float* lse) {
+  float inv_sum[kBlockM];
+  for (int64_t i = 0; i < queries; ++i) inv_sum[i] = running_sum[i] == 0.f ? 0.f : 1.f / running_sum[i];
+  for (int64_t i = 0; i < queries; ++i) {
+    float* __restrict out_row = out + i * dv;
+    const bool fully_masked = running_sum[i] == 0.f;
+    for (int64_t c = 0; c < dv; ++c) out_row[c] = fully_masked ? 0.f : acc_t[c * kBlockM + i] * inv_sum[i];
+  }
+  if (lse == nullptr) return;
+  for (int64_t i = 0; i < queries; ++i)
+    lse[i] = running_sum[i] == 0.f ? kInf : running_max[i] + std::log(running_sum[i]);
+}
+
+FLASHATTN_CLONES
+void probs_and_dscores(float* st, float* dpt, int64_t keys, int64_t queries, const float* lse, const float* delta,
+                       float scale, float inv_cap) {
+  for (int64_t j = 0; j < keys; ++j) {
+    float* __restrict s_row = st + j * kBlockM;
+    float* __restrict ds_row = dpt + j * kBlockM;
+    for (int64_t i = 0; i < queries; ++i) {
+      const float s = s_row[i];
+      const bool visible = s != -kInf;
+      const float prob = visible ? exp_poly(s - lse[i]) : 0.f;
+      const float t = (visible ? s : 0.f) * inv_cap;
+      s_row[i] = prob;
+      ds_row[i] = prob * (ds_row[i] - delta[i]) * ((1.f - t * t) * scale);
+    }
+  }
+}
+
+FLASHATTN_CLONES
+void transpose_into_tile(float* dst, const float* src, int64_t ld, int64_t queries, int64_t cols) {
+  for (int64_t i = 0; i < queries; ++i) {
+    const float* __restrict row = src + i * ld;
+    for (int64_t c = 0; c < cols; ++c) dst[c * kBlockM + i] = row[c];
+  }
+}
+
+FLASHATTN_CLONES
+void sum_transposed_tiles(float* dst, int64_t ld, const float* const* parts, int64_t n_parts, int64_t queries,
+                          int64_t cols) {
+  for (int64_t i = 0; i < queries; ++i) {
+    float* __restrict row = dst + i * ld;
+    for (int64_t c = 0; c < cols; ++c) {
+      float sum = parts[0][c * kBlockM + i];
+      for (int64_t s = 1; s < n_parts; ++s) sum += parts[s][c * kBlockM + i];
+      row[c] = sum;
+    }
+  }
+}
+
+FLASHATTN_CLONES
+void widen_bf16(float* dst, const uint16_t* src, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) dst[c] = bf16_to_float(src[c]);
+}
+
+FLASHATTN_CLONES
+void widen_f16(float* dst, const uint16_t* src, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) dst[c] = f16_to_float(src[c]);
+}
+
+const char* tile_math_isa() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+  if (__builtin_cpu_supports("x86-64-v4")) return "x86-64-v4";
+  if (__builtin_cpu_supports("x86-64-v3")) return "x86-64-v3";
+#endif
+  return "baseline";
+}
+
+}  // namespace flashattn::cpu

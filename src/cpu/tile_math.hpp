@@ -1,0 +1,56 @@
+// The vector math of the tile loop, on transposed score tiles: st[j * kBlockM + i] is the score of
+// query i (a column) against key j (a row). The keys are the left operand of S = K·Qᵀ as stored, so
+// K and V are read in place (tile.hpp's RowBlock), and every per-query quantity (running max, sum,
+// rescale factor, LSE, D) is a vector along a tile row: the softmax needs no horizontal reductions.
+//
+// Defined out of line in tile_math.cpp and compiled for several instruction sets (GCC's
+// target_clones; the loader picks the widest the CPU has, once): a wheel built without -march keeps
+// AVX2 / AVX-512 speed here. One source of the math for all of them.
+#pragma once
+
+#include <cstdint>
+
+namespace flashattn::cpu {
+
+// Columns of a transposed score tile (query rows of a block) and its rows (keys of a block).
+constexpr int64_t kBlockM = 64;
+constexpr int64_t kBlockN = 64;
+
+// st = st·scale, or softcap·tanh(st·scale / softcap) when softcap > 0; keys × queries.
+void finish_scores(float* st, int64_t keys, int64_t queries, float scale, float softcap);
+
+// Online softmax: fold a masked score tile into each query's running max m, sum ℓ (relative to m)
+// and output accumulator acc_t[c * kBlockM + i] (transposed, dv rows), and turn the scores into
+// P = exp(S − m_new). ℓ and acc were summed against m_old, so both are rescaled by exp(m_old − m_new).
+void fold_scores(float* st, int64_t keys, int64_t queries, float* running_max, float* running_sum, float* acc_t,
+                 int64_t dv);
+
+// Epilogue of a query block: out[i * dv + c] = acc_t[c * kBlockM + i] / ℓ_i, and lse_i = m_i + log ℓ_i
+// (lse may be null). A query that saw no key has ℓ = 0: out = 0, lse = +inf, as flash-attn.
+void finish_output(const float* acc_t, int64_t dv, int64_t queries, const float* running_max,
+                   const float* running_sum, float* out, float* lse);
+
+// Backward recomputation on one tile: P = exp(S − LSE) (masked scores, −inf, give 0) into st, and
+// dS = P∘(dP − D) times the score transform's slope d(score)/d(q·k) = (1 − (s / cap)²)·scale
+// (inv_cap = 0 without softcap) into dpt, which holds dP on entry.
+void probs_and_dscores(float* st, float* dpt, int64_t keys, int64_t queries, const float* lse, const float* delta,
+                       float scale, float inv_cap);
+
+// dst[c * kBlockM + i] = src[i * ld + c]: rows [0, queries) × columns [0, cols) of a row-major
+// float block transposed into a tile with kBlockM columns.
+void transpose_into_tile(float* dst, const float* src, int64_t ld, int64_t queries, int64_t cols);
+
+// dst[i * ld + c] = Σ_s parts[s][c * kBlockM + i]: the transposed tiles of `parts` split partial sums
+// (in order of s), back to rows.
+void sum_transposed_tiles(float* dst, int64_t ld, const float* const* parts, int64_t n_parts, int64_t queries,
+                          int64_t cols);
+
+// dst[c] = src[c] widened from bf16 / f16 bits, c < n (the f32 case does not come here).
+void widen_bf16(float* dst, const uint16_t* src, int64_t n);
+void widen_f16(float* dst, const uint16_t* src, int64_t n);
+
+// Which instruction set the dispatched clones run on here: "x86-64-v4" (AVX-512), "x86-64-v3"
+// (AVX2 + FMA) or "baseline"; for the benchmark's record.
+const char* tile_math_isa();
+
+}  // namespace flashattn::cpu

@@ -138,7 +138,7 @@ void backward_step(const BwdParams& p, const BackwardScratch& t, const HeadView&
   for (int64_t j = 0; j < c.cols; ++j) std::fill(t.dst + j * kBlockM, t.dst + j * kBlockM + c.rows, 0.f);
   matmul_acc(t.dst, kBlockM, as_stored(v.data, v.ld), t.dot + m_block * dv * kBlockM, kBlockM, c.cols, c.rows, dv);  // dPᵀ
   const ScoreChain chain = score_chain(p.options);
-  probs_and_dscores(t.st, t.dst, c.cols, c.rows, hv.lse + c.row0, t.delta + c.row0, chain.scale, chain.inv_cap);
+  probs_and_dscores(t.st, t.dst, c.cols, c.rows, hv.lse + c.row0, t.delta + c.row0, chain);
 
   const RowBlock q = rows_from(hv.q, t.q, c.row0, d), dout = rows_from(hv.dout, t.dout, c.row0, dv);
   matmul_acc(t.dv + c.key0 * dv, dv, as_stored(t.st, kBlockM), dout.data, dout.ld, c.cols, dv, c.rows);  // dV += Pᵀ·dO

@@ -20,6 +20,29 @@ struct TileCoords {
   int64_t key0, cols;
 };
 
+// The transform of a dot product x = q·k into a score, applied per element by tile_math.cpp's loops
+// (inlined into each of its instruction-set clones): x·scale, or cap·tanh(x·scale / cap) with a cap.
+// for_each_form(loop) calls loop(f) with the per-element function of this call's form, so that the
+// caller's loop is instantiated once per form with no per-element branch.
+struct ScoreTransform {
+  float scale, cap, pre;  // pre = scale / cap (cap > 0)
+
+  template <class Loop>
+  void for_each_form(Loop&& loop) const {
+    if (cap > 0.f) {
+      const float c = cap, p = pre;
+      loop([c, p](float x) { return c * tanh_poly(x * p); });
+    } else {
+      const float k = scale;
+      loop([k](float x) { return x * k; });
+    }
+  }
+};
+inline ScoreTransform score_transform(const AttentionOptions& options) {
+  const float scale = softmax_scale(options), cap = options.softcap;
+  return {scale, cap, cap > 0.f ? scale / cap : 0.f};
+}
+
 // The score tile, transposed: st[j * kBlockM + i] = score of query row0 + i against key key0 + j:
 //   (q_i · k_j) · scale, then softcap · tanh(· / softcap) when softcap > 0, then −inf where masked.
 // keys is the key block [cols][d] as stored (read in place: Sᵀ = K·Qᵀ needs no transposed copy of
@@ -28,7 +51,7 @@ inline void score_tile(float* st, RowBlock keys, const float* qt, int64_t d, con
                        const AttentionOptions& options, const VisibleKeys& mask) {
   for (int64_t j = 0; j < t.cols; ++j) std::fill(st + j * kBlockM, st + j * kBlockM + t.rows, 0.f);
   matmul_acc(st, kBlockM, as_stored(keys.data, keys.ld), qt, kBlockM, t.cols, t.rows, d);
-  finish_scores(st, t.cols, t.rows, softmax_scale(options), options.softcap);
+  finish_scores(st, t.cols, t.rows, score_transform(options));
   for (int64_t j = 0; j < t.cols; ++j) mask.mask_key(st + j * kBlockM, t.key0 + j, t.row0, t.rows);
 }
 

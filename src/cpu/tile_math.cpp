@@ -11,6 +11,7 @@
 
 #include "cpu/convert.hpp"
 #include "cpu/row_ops.hpp"
+#include "cpu/score.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
 #define FLASHATTN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -24,19 +25,13 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 }
 
 FLASHATTN_CLONES
-void finish_scores(float* st, int64_t keys, int64_t queries, float scale, float softcap) {
-  if (softcap > 0.f) {
-    const float pre = scale / softcap;  // softcap·tanh(x·scale / softcap) in one multiply
+void finish_scores(float* st, int64_t keys, int64_t queries, const ScoreTransform& transform) {
+  transform.for_each_form([&](auto score) {
     for (int64_t j = 0; j < keys; ++j) {
       float* __restrict row = st + j * kBlockM;
-      for (int64_t i = 0; i < queries; ++i) row[i] = softcap * tanh_poly(row[i] * pre);
+      for (int64_t i = 0; i < queries; ++i) row[i] = score(row[i]);
     }
-    return;
-  }
-  for (int64_t j = 0; j < keys; ++j) {
-    float* __restrict row = st + j * kBlockM;
-    for (int64_t i = 0; i < queries; ++i) row[i] *= scale;
-  }
+  });
 }
 
 FLASHATTN_CLONES
@@ -91,7 +86,8 @@ void finish_output(const float* acc_t, int64_t dv, int64_t queries, const float*
 
 FLASHATTN_CLONES
 void probs_and_dscores(float* st, float* dpt, int64_t keys, int64_t queries, const float* lse, const float* delta,
-                       float scale, float inv_cap) {
+                       const ScoreChain& score_chain) {
+  const ScoreChain chain = score_chain;
   for (int64_t j = 0; j < keys; ++j) {
     float* __restrict s_row = st + j * kBlockM;
     float* __restrict ds_row = dpt + j * kBlockM;
@@ -99,9 +95,8 @@ void probs_and_dscores(float* st, float* dpt, int64_t keys, int64_t queries, con
       const float s = s_row[i];
       const bool visible = s != -kInf;
       const float prob = visible ? exp_poly(s - lse[i]) : 0.f;
-      const float t = (visible ? s : 0.f) * inv_cap;
       s_row[i] = prob;
-      ds_row[i] = prob * (ds_row[i] - delta[i]) * ((1.f - t * t) * scale);
+      ds_row[i] = prob * (ds_row[i] - delta[i]) * chain(visible ? s : 0.f);
     }
   }
 }

@@ -12,12 +12,17 @@
 
 namespace flashattn::cpu {
 
+// The score-level options as the tiles apply them (score.hpp: the one place they are read on the
+// CPU); the loops here call them per element, inlined into each clone.
+struct ScoreTransform;
+struct ScoreChain;
+
 // Columns of a transposed score tile (query rows of a block) and its rows (keys of a block).
 constexpr int64_t kBlockM = 64;
 constexpr int64_t kBlockN = 64;
 
-// st = st·scale, or softcap·tanh(st·scale / softcap) when softcap > 0; keys × queries.
-void finish_scores(float* st, int64_t keys, int64_t queries, float scale, float softcap);
+// st = transform(st) (q·k → the score: scaled, and capped when asked), keys × queries.
+void finish_scores(float* st, int64_t keys, int64_t queries, const ScoreTransform& transform);
 
 // Online softmax: fold a masked score tile into each query's running max m, sum ℓ (relative to m)
 // and output accumulator acc_t[c * kBlockM + i] (transposed, dv rows), and turn the scores into
@@ -31,10 +36,10 @@ void finish_output(const float* acc_t, int64_t dv, int64_t queries, const float*
                    const float* running_sum, float* out, float* lse);
 
 // Backward recomputation on one tile: P = exp(S − LSE) (masked scores, −inf, give 0) into st, and
-// dS = P∘(dP − D) times the score transform's slope d(score)/d(q·k) = (1 − (s / cap)²)·scale
-// (inv_cap = 0 without softcap) into dpt, which holds dP on entry.
+// dS = P∘(dP − D) times the score transform's slope d(score)/d(q·k) (chain) into dpt, which holds dP
+// on entry.
 void probs_and_dscores(float* st, float* dpt, int64_t keys, int64_t queries, const float* lse, const float* delta,
-                       float scale, float inv_cap);
+                       const ScoreChain& chain);
 
 // dst[c * kBlockM + i] = src[i * ld + c]: rows [0, queries) × columns [0, cols) of a row-major
 // float block transposed into a tile with kBlockM columns.

@@ -2,7 +2,8 @@
 // ranges, block ranges and tile_needs_mask against brute force; the shared-memory swizzle (a
 // bijection inside each row, bank-conflict free for every access pattern the kernels use); the
 // forward's tile shapes (shared memory within the A100/H100 per-block limits, whole warps); the
-// backward's dQ accumulator layout (a permutation of the tile that the kernel and postprocess share).
+// backward's dQ accumulator layout (a permutation of the tile that the kernel and postprocess share);
+// the decode family's index logic (key splits, packed GQA rows, partial rows) and shapes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,8 @@
 
 #include "cuda/common/mask.cuh"
 #include "cuda/common/scores.cuh"
+#include "cuda/decode/params.cuh"
+#include "cuda/decode/shape.cuh"
 #include "cuda/sm80/bwd_tile.cuh"
 #include "cuda/sm80/fwd_traits.cuh"
 #include "cuda/sm80/smem_tile.cuh"
@@ -248,6 +251,79 @@ TEST(CudaScores, SlopeVariesOnlyUnderTheCap) {
   EXPECT_TRUE(flashattn::cuda::score_slope_varies(cap));
   EXPECT_FLOAT_EQ(flashattn::cuda::make_score_slope(cap).inv_cap_log2, 1.f / (30.f * flashattn::cuda::kLog2e));
   EXPECT_EQ(flashattn::cuda::make_score_slope(make_score_transform(0.125f, 0.f)).inv_cap_log2, 0.f);
+}
+
+// ---- the decode family (src/cuda/decode) ----
+
+// Every split count and range: the splits cover the sequence's visible key blocks exactly once, in
+// order, each holding at least kMinBlocksPerSplit blocks unless it is the last non-empty one.
+TEST(CudaDecode, SplitsCoverEveryKeyBlockOnce) {
+  using flashattn::cuda::decode::split_blocks;
+  for (int first = 0; first < 5; ++first) {
+    for (int last = 0; last < 300; last += (last < 40 ? 1 : 37)) {
+      for (int splits = 1; splits <= 128; splits += (splits < 12 ? 1 : 29)) {
+        std::vector<int> seen(std::max(last, 1), 0);
+        int next = first, nonempty = 0;
+        for (int s = 0; s < splits; ++s) {
+          const auto r = split_blocks(first, last, splits, s);
+          if (r.begin >= r.end) continue;
+          ++nonempty;
+          ASSERT_EQ(r.begin, next) << "first " << first << " last " << last << " splits " << splits << " split " << s;
+          if (r.end < last) ASSERT_GE(r.end - r.begin, flashattn::cuda::decode::kMinBlocksPerSplit);
+          for (int n = r.begin; n < r.end; ++n) ++seen[n];
+          next = r.end;
+        }
+        ASSERT_EQ(next, std::max(first, last)) << "first " << first << " last " << last << " splits " << splits;
+        for (int n = first; n < last; ++n) ASSERT_EQ(seen[n], 1);
+        ASSERT_LE(nonempty, splits);
+      }
+    }
+  }
+}
+
+// Packed rows of every kv head are a bijection onto (query, query head), and partial rows onto
+// [0, batch · heads_q · seqlen_q), so no two tiles or splits write the same partial.
+TEST(CudaDecode, PackedRowsAndPartialRowsAreBijections) {
+  using namespace flashattn::cuda::decode;
+  for (int heads_kv : {1, 2, 8}) {
+    for (int group : {1, 3, 4, 32}) {
+      for (int seqlen_q : {1, 2, 5}) {
+        const int heads_q = heads_kv * group, batch = 3;
+        std::set<int64_t> partials;
+        for (int b = 0; b < batch; ++b) {
+          std::set<std::pair<int, int>> seen;
+          for (int h_kv = 0; h_kv < heads_kv; ++h_kv) {
+            for (int r = 0; r < group * seqlen_q; ++r) {
+              const PackedRow at = unpack_row(r, h_kv, group);
+              ASSERT_GE(at.query, 0);
+              ASSERT_LT(at.query, seqlen_q);
+              ASSERT_EQ(at.head / group, h_kv) << "a packed row left its kv group";
+              ASSERT_TRUE(seen.insert({at.query, at.head}).second);
+              const int64_t row = partial_row(b, at.head, at.query, heads_q, seqlen_q);
+              ASSERT_GE(row, 0);
+              ASSERT_LT(row, int64_t{batch} * heads_q * seqlen_q);
+              ASSERT_TRUE(partials.insert(row).second);
+            }
+          }
+          ASSERT_EQ(seen.size(), static_cast<std::size_t>(heads_q * seqlen_q));
+        }
+      }
+    }
+  }
+}
+
+// The decode tiles fit an A100's and an H100's shared memory, and the warps' merge fits the K/V stages.
+template <int D>
+void expect_decode_shape_fits() {
+  using T = flashattn::cuda::decode::DecodeTraits<flashattn::ptx::BF16, D, true>;
+  EXPECT_LE(T::kSmemBytes, std::size_t{163} * 1024) << "D = " << D;
+  EXPECT_LE(T::kMergeBytes, 2 * T::kStages * T::KVTile::kBytes) << "D = " << D;
+  EXPECT_EQ(T::kKeysPerWarp * T::kWarps, T::kBlockN);
+}
+TEST(CudaDecode, ShapesFitSharedMemory) {
+  expect_decode_shape_fits<64>();
+  expect_decode_shape_fits<128>();
+  expect_decode_shape_fits<256>();
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ class Json;
 std::string fmt(const char* format, double v);  // snprintf of one number
 std::string bytes_str(double bytes);            // "1.5 MiB"; "unknown" when < 0
 std::string time_str(double ms);                // "1.234 ms", "2.500 s"
-std::string mask_str(const flashattn::AttentionOptions& options);  // "causal, window (8, -1), softcap 30"
+std::string mask_str(const flashattn::AttentionOptions& options);  // "causal, window (8, -1)" and each score option set
 // One line per checked tensor ("out  max err ... PASS"), and one JSON object per tensor.
 void print_tensor_checks(const std::vector<TensorCheck>& tensors, std::FILE* out);
 void tensor_checks_json(const std::vector<TensorCheck>& tensors, Json* json);

@@ -40,11 +40,10 @@ struct AttendWork {
 
 
 // blockIdx = (split, m_block + num_m_blocks·h_kv, b). A sequence's visible key blocks are divided
-// evenly over the splits (at least kMinBlocksPerSplit each), by its real length: a split past the
-// end is empty and only reports so.
+// evenly over the splits by its real length (split_blocks): a split past the end is empty and only
+// reports so.
 template <class Traits>
 __device__ __forceinline__ AttendWork attend_work(const AttendParams& p) {
-  constexpr int kMinBlocksPerSplit = 2;
   AttendWork w;
   w.split = static_cast<int>(blockIdx.x);
   w.h_kv = static_cast<int>(blockIdx.y) / p.num_m_blocks;
@@ -59,9 +58,9 @@ __device__ __forceinline__ AttendWork attend_work(const AttendParams& p) {
   w.mask.right = p.window_right;
   const int first = w.mask.n_block_begin(w.i_first, Traits::kBlockN);
   const int last = w.mask.n_block_end(w.i_first, w.i_last - w.i_first + 1, Traits::kBlockN);
-  const int per = imax(ceil_div(imax(last - first, 0), p.num_splits), kMinBlocksPerSplit);
-  w.n_begin = first + w.split * per;
-  w.n_end = imin(w.n_begin + per, last);
+  const BlockRange mine = split_blocks(first, last, p.num_splits, w.split);
+  w.n_begin = mine.begin;
+  w.n_end = mine.end;
   return w;
 }
 
@@ -73,9 +72,9 @@ __device__ __forceinline__ void load_q(const AttendParams& p, const AttendWork& 
     const int row = c / QTile::kChunksPerRow, chunk = c % QTile::kChunksPerRow;
     const uint32_t dst = s_q + QTile::chunk_offset(row, chunk);
     if (row < w.rows && chunk * kChunkElems < p.hdim_qk) {
-      const int r = w.r0 + row, i = r / p.group_size, h = w.h_kv * p.group_size + r % p.group_size;
-      const int64_t off = int64_t{w.b} * p.q_batch_stride + int64_t{i} * p.q_row_stride + int64_t{h} * p.q_head_stride +
-                          chunk * kChunkElems;
+      const PackedRow at = unpack_row(w.r0 + row, w.h_kv, p.group_size);
+      const int64_t off = int64_t{w.b} * p.q_batch_stride + int64_t{at.query} * p.q_row_stride +
+                          int64_t{at.head} * p.q_head_stride + chunk * kChunkElems;
       ptx::cp_async_16(dst, static_cast<const char*>(p.q) + off * kElemBytes);
     } else {
       TileIO<QTile, Traits::kThreads>::store_zero_16(dst);
@@ -129,7 +128,8 @@ template <class Traits>
 __device__ __forceinline__ void store_row_chunk(const AttendParams& p, const AttendWork& w, int row, int col0,
                                                 const float (&o)[8], float lse) {
   using Tag = typename Traits::Tag;
-  const int r = w.r0 + row, i = r / p.group_size, h = w.h_kv * p.group_size + r % p.group_size;
+  const PackedRow at = unpack_row(w.r0 + row, w.h_kv, p.group_size);
+  const int i = at.query, h = at.head;
   if (p.num_splits == 1) {
     uint4 packed;
     packed.x = ptx::pack2<Tag>(o[0], o[1]);
@@ -154,9 +154,9 @@ __device__ __forceinline__ void store_row_chunk(const AttendParams& p, const Att
 template <class Traits>
 __device__ __forceinline__ void report_empty_split(const AttendParams& p, const AttendWork& w, int tid) {
   for (int row = tid; row < w.rows; row += Traits::kThreads) {
-    const int r = w.r0 + row, i = r / p.group_size, h = w.h_kv * p.group_size + r % p.group_size;
+    const PackedRow at = unpack_row(w.r0 + row, w.h_kv, p.group_size);
     const int64_t prow = int64_t{w.split} * p.batch * p.heads_kv * p.group_size * p.seqlen_q +
-                         partial_row(w.b, h, i, p.heads_kv * p.group_size, p.seqlen_q);
+                         partial_row(w.b, at.head, at.query, p.heads_kv * p.group_size, p.seqlen_q);
     p.partial_lse[prow] = -kInfinity;
   }
 }

@@ -108,6 +108,29 @@ struct AttendParams {
   ScoreTransform scores;
 };
 
+// Packed row r of kv head h_kv: query i = r / group_size of query head h_kv·group_size + r % group_size.
+struct PackedRow {
+  int query, head;
+};
+FLASHATTN_HD PackedRow unpack_row(int r, int h_kv, int group_size) {
+  return {r / group_size, h_kv * group_size + r % group_size};
+}
+
+// Key blocks [begin, end) of split `split` among `num_splits` over a sequence's visible blocks
+// [first, last): equal shares of at least kMinBlocksPerSplit, in order, so the splits cover every
+// block exactly once and those past the end are empty (begin ≥ end).
+inline constexpr int kMinBlocksPerSplit = 2;
+struct BlockRange {
+  int begin, end;
+};
+FLASHATTN_HD BlockRange split_blocks(int first, int last, int num_splits, int split) {
+  const int blocks = last > first ? last - first : 0;
+  int share = (blocks + num_splits - 1) / num_splits;
+  share = share > kMinBlocksPerSplit ? share : kMinBlocksPerSplit;
+  const int begin = first + split * share;
+  return {begin, begin + share < last ? begin + share : last};
+}
+
 // Partial row index of (b, query head h, query i): rows are ordered like lse's [batch][heads_q][seqlen_q].
 FLASHATTN_HD int64_t partial_row(int b, int h, int i, int heads_q, int seqlen_q) {
   return (int64_t{b} * heads_q + h) * seqlen_q + i;

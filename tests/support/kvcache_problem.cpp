@@ -222,7 +222,8 @@ CallResult run_kvcache(Backend backend, KVProblem& p) {
   }
   r.status = kvcache_forward(a);
   r.device_error = m.synchronize();
-  for (HostTensor* t : {&p.out, &p.lse, &p.k_cache, &p.v_cache}) m.download(*t);
+  for (HostTensor* t : {&p.out, &p.k_cache, &p.v_cache}) m.download(*t);
+  if (p.c.with_lse) m.download(p.lse);  // else never uploaded: the call had no lse
   for (HostTensor* t : inputs) m.download(*t);
   return r;
 }

@@ -82,24 +82,50 @@ __device__ __forceinline__ void load_q(const AttendParams& p, const AttendWork& 
   }
 }
 
+// The pool pages of this thread's rows of one key block (paged caches; nothing for contiguous ones),
+// read from the block table one block before the rows are loaded, so that the table's latency hides
+// behind the block being computed instead of stalling the cp.async issue.
+template <class Traits, bool kPaged = Traits::kPaged>
+struct RowPages {
+  __device__ __forceinline__ void fetch(const SequenceRows<false>&, const AttendWork&, int, int) {}
+};
+template <class Traits>
+struct RowPages<Traits, true> {
+  int page[Traits::kLoadRows];
+  __device__ __forceinline__ void fetch(const SequenceRows<true>& rows, const AttendWork& w, int n, int tid) {
+    const int key0 = n * Traits::kBlockN + tid / Traits::KVTile::kChunksPerRow;
+#pragma unroll
+    for (int i = 0; i < Traits::kLoadRows; ++i) {
+      const int key = key0 + i * Traits::kLoadRowStep;
+      page[i] = key < w.mask.seqlen_k ? rows.page_of(key) : 0;
+    }
+  }
+};
+
 // Key block n of one side of the cache → a stage (cp.async; keys past the sequence and columns past
-// `dim` zeroed). A thread moves one chunk column of rows row0, row0 + kRowStep, ...
+// `dim` zeroed). A thread moves one chunk column of rows row0, row0 + kLoadRowStep, ...; a paged
+// cache's rows are on the pages `pages` fetched for block n.
 template <class Traits>
 __device__ __forceinline__ void load_kv_block(const AttendWork& w, const char* data,
-                                              const SequenceRows<Traits::kPaged>& rows, int dim, int n, uint32_t stage,
-                                              int tid) {
+                                              const SequenceRows<Traits::kPaged>& rows, const RowPages<Traits>& pages,
+                                              int dim, int n, uint32_t stage, int tid) {
   using KVTile = typename Traits::KVTile;
-  static_assert(Traits::kThreads % KVTile::kChunksPerRow == 0, "threads cover whole rows");
-  constexpr int kRowStep = Traits::kThreads / KVTile::kChunksPerRow;
   const int chunk = tid % KVTile::kChunksPerRow, row0 = tid / KVTile::kChunksPerRow;
   const bool column_valid = chunk * kChunkElems < dim;
   const int key0 = n * Traits::kBlockN;
 #pragma unroll
-  for (int row = row0; row < Traits::kBlockN; row += kRowStep) {
+  for (int i = 0; i < Traits::kLoadRows; ++i) {
+    const int row = row0 + i * Traits::kLoadRowStep;
     const uint32_t dst = stage + KVTile::chunk_offset(row, chunk);
     const int key = key0 + row;
     if (column_valid && key < w.mask.seqlen_k) {
-      ptx::cp_async_16(dst, data + (rows.offset(key) + chunk * kChunkElems) * kElemBytes);
+      int64_t at;
+      if constexpr (Traits::kPaged) {
+        at = rows.offset_on(pages.page[i], key);
+      } else {
+        at = rows.offset(key);
+      }
+      ptx::cp_async_16(dst, data + (at + chunk * kChunkElems) * kElemBytes);
     } else {
       TileIO<KVTile, Traits::kThreads>::store_zero_16(dst);
     }
@@ -252,9 +278,11 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
   const SequenceRows<Traits::kPaged> v_rows = p.index.template rows<Traits::kPaged>(p.v, w.b, w.h_kv);
   const char* k_data = static_cast<const char*>(p.k.data);
   const char* v_data = static_cast<const char*>(p.v.data);
+  // K and V share their pages: one block-table read serves both.
+  RowPages<Traits> pages;  // of the next block to load
   auto load_block = [&](int n, int stage) {
-    load_kv_block<Traits>(w, k_data, k_rows, p.hdim_qk, n, s_k + stage * KVTile::kBytes, tid);
-    load_kv_block<Traits>(w, v_data, v_rows, p.hdim_v, n, s_v + stage * KVTile::kBytes, tid);
+    load_kv_block<Traits>(w, k_data, k_rows, pages, p.hdim_qk, n, s_k + stage * KVTile::kBytes, tid);
+    load_kv_block<Traits>(w, v_data, v_rows, pages, p.hdim_v, n, s_v + stage * KVTile::kBytes, tid);
   };
 
   float acc[1][kDTiles][4];
@@ -270,16 +298,23 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
   load_q<Traits>(p, w, s_q, tid);
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {
-    if (w.n_begin + k < w.n_end) load_block(w.n_begin + k, k);
+    if (w.n_begin + k < w.n_end) {
+      pages.fetch(k_rows, w, w.n_begin + k, tid);
+      load_block(w.n_begin + k, k);
+    }
     ptx::cp_async_commit();
   }
+  if (w.n_begin + kStages - 1 < w.n_end) pages.fetch(k_rows, w, w.n_begin + kStages - 1, tid);
 
   int stage = 0;
   for (int n = w.n_begin; n < w.n_end; ++n) {
     // Keep kStages − 1 blocks in flight: the stage refilled here was last read in the previous
     // iteration, which every warp has left (the barrier at its end).
     const int ahead = n + kStages - 1;
-    if (ahead < w.n_end) load_block(ahead, (stage + kStages - 1) % kStages);
+    if (ahead < w.n_end) {
+      load_block(ahead, (stage + kStages - 1) % kStages);
+      if (ahead + 1 < w.n_end) pages.fetch(k_rows, w, ahead + 1, tid);  // used next iteration
+    }
     ptx::cp_async_commit();
     ptx::cp_async_wait<kStages - 1>();  // block n has landed
     __syncthreads();

@@ -174,6 +174,10 @@ CacheIndex cache_index(const KVCacheParams& p) {
   x.block_table = p.block_table;
   x.block_table_batch_stride = p.block_table_batch_stride;
   x.page_size = static_cast<int>(p.page_size);
+  x.page_shift = -1;
+  for (int shift = 0; shift < 31; ++shift) {
+    if (int64_t{1} << shift == p.page_size) x.page_shift = shift;
+  }
   x.num_pages = static_cast<int>(p.num_pages);
   x.batch_cache = static_cast<int>(p.batch_cache);
   x.capacity = static_cast<int>(p.seqlen_k);

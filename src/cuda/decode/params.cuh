@@ -35,12 +35,18 @@ template <>
 struct SequenceRows<true> {
   int64_t base, row_stride, page_stride;
   const int32_t* pages;
-  int page_size, last_page;
-  __device__ __forceinline__ int64_t offset(int key) const {
-    const int page = pages[key / page_size];
-    const int in_pool = page < 0 ? 0 : (page > last_page ? last_page : page);
-    return base + int64_t{in_pool} * page_stride + int64_t{key % page_size} * row_stride;
+  int page_size, page_shift, last_page;  // page_shift: log2(page_size) when a power of two, else −1
+
+  // The pool page holding key `key` (a block-table read), clamped into the pool.
+  __device__ __forceinline__ int page_of(int key) const {
+    const int page = pages[page_shift >= 0 ? key >> page_shift : key / page_size];
+    return page < 0 ? 0 : (page > last_page ? last_page : page);
   }
+  __device__ __forceinline__ int64_t offset_on(int page, int key) const {
+    const int row = page_shift >= 0 ? key & (page_size - 1) : key % page_size;
+    return base + int64_t{page} * page_stride + int64_t{row} * row_stride;
+  }
+  __device__ __forceinline__ int64_t offset(int key) const { return offset_on(page_of(key), key); }
 };
 
 struct CacheIndex {
@@ -49,6 +55,7 @@ struct CacheIndex {
   const int32_t* block_table;      // paged when non-null: [batch][block_table_batch_stride]
   int64_t block_table_batch_stride;
   int page_size;   // paged only
+  int page_shift;  // paged only: log2(page_size) when a power of two, else −1
   int num_pages;   // paged only: valid page indices are [0, num_pages)
   int batch_cache; // contiguous only: valid cache rows are [0, batch_cache)
   int capacity;    // keys a sequence can hold: seqlen_cache, or max_pages · page_size
@@ -73,6 +80,7 @@ struct CacheIndex {
       r.base = int64_t{h} * side.head_stride;
       r.pages = block_table + b * block_table_batch_stride;
       r.page_size = page_size;
+      r.page_shift = page_shift;
       r.last_page = num_pages - 1;
       r.page_stride = side.batch_stride;
     } else {

@@ -45,6 +45,10 @@ struct DecodeTraits {
 
   using QTile = SmemTile<kBlockM, kHeadDim>;
   using KVTile = SmemTile<kBlockN, kHeadDim>;
+  // A K/V block load: thread t moves chunk column t % kChunksPerRow of rows t / kChunksPerRow + i·kLoadRowStep.
+  static constexpr int kLoadRowStep = kThreads / KVTile::kChunksPerRow;
+  static constexpr int kLoadRows = kBlockN / kLoadRowStep;
+  static_assert(kThreads % KVTile::kChunksPerRow == 0 && kBlockN % kLoadRowStep == 0, "threads cover whole rows");
 
   // Shared storage: Q | K stages | V stages. After the key loop the K/V stages hold the warps'
   // fp32 partial outputs and row statistics for the merge (kMergeBytes ≤ their size).

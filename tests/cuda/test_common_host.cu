@@ -312,6 +312,20 @@ TEST(CudaDecode, PackedRowsAndPartialRowsAreBijections) {
   }
 }
 
+// The page arithmetic's division by an invariant divisor is exact for every page size and key.
+TEST(CudaDecode, FastDivmodIsExact) {
+  using flashattn::cuda::decode::FastDivmod;
+  std::mt19937 rng(5);
+  for (int d : {1, 2, 3, 5, 7, 16, 17, 63, 64, 100, 256, 1000, 4097, 65536, 1 << 20, (1 << 30) + 3}) {
+    const FastDivmod f = FastDivmod::of(d);
+    for (int it = 0; it < 20000; ++it) {
+      const int n = it < 1000 ? it : static_cast<int>(rng() & 0x7fffffff);
+      ASSERT_EQ(f.quotient(n), n / d) << "n " << n << " d " << d;
+    }
+    ASSERT_EQ(f.quotient(0x7fffffff), 0x7fffffff / d) << "d " << d;
+  }
+}
+
 // The decode tiles fit an A100's and an H100's shared memory, and the warps' merge fits the K/V stages.
 template <int D>
 void expect_decode_shape_fits() {

@@ -113,19 +113,30 @@ __device__ __forceinline__ void load_kv_block(const AttendWork& w, const char* d
   const int chunk = tid % KVTile::kChunksPerRow, row0 = tid / KVTile::kChunksPerRow;
   const bool column_valid = chunk * kChunkElems < dim;
   const int key0 = n * Traits::kBlockN;
+  auto source = [&](int i, int key) {
+    int64_t at;
+    if constexpr (Traits::kPaged) {
+      at = rows.offset_on(pages.page[i], key);
+    } else {
+      at = rows.offset(key);
+    }
+    return data + (at + chunk * kChunkElems) * kElemBytes;
+  };
+  if (column_valid && key0 + Traits::kBlockN <= w.mask.seqlen_k) {  // a whole block: no predicates
+#pragma unroll
+    for (int i = 0; i < Traits::kLoadRows; ++i) {
+      const int row = row0 + i * Traits::kLoadRowStep;
+      ptx::cp_async_16(stage + KVTile::chunk_offset(row, chunk), source(i, key0 + row));
+    }
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < Traits::kLoadRows; ++i) {
     const int row = row0 + i * Traits::kLoadRowStep;
     const uint32_t dst = stage + KVTile::chunk_offset(row, chunk);
     const int key = key0 + row;
     if (column_valid && key < w.mask.seqlen_k) {
-      int64_t at;
-      if constexpr (Traits::kPaged) {
-        at = rows.offset_on(pages.page[i], key);
-      } else {
-        at = rows.offset(key);
-      }
-      ptx::cp_async_16(dst, data + (at + chunk * kChunkElems) * kElemBytes);
+      ptx::cp_async_16(dst, source(i, key));
     } else {
       TileIO<KVTile, Traits::kThreads>::store_zero_16(dst);
     }

@@ -1,7 +1,6 @@
 // Launch code of the decode attention kernel for one (Tag, D) instance: the contiguous- and the
-// paged-cache kernel, their shared-memory opt-in, and the device check that also reports the
-// kernel's occupancy (the plan sizes the split count from it). Included only by the generated
-// per-instance translation units.
+// paged-cache kernel, their shared-memory opt-in, and their device check. Included only by the
+// generated per-instance translation units.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,21 +28,16 @@ Status attend_launch_traits(const AttendParams& p, cudaStream_t stream) {
   return cuda_status("cuda decode", cudaGetLastError(), "attention kernel launch");
 }
 
-// Whether the kernel has an image for this GPU and fits its shared memory; its blocks per SM.
+// Whether the kernel has an image for this GPU and fits its shared memory (once per device).
 template <class Traits>
-Status attend_check_traits(int* blocks_per_sm) {
+Status attend_check_traits() {
   static DeviceFlags checked;
-  static int occupancy[kMaxCachedDevices] = {};
   const int current = current_device();
-  if (checked.test(current)) {
-    *blocks_per_sm = occupancy[current];
-    return Status::success();
-  }
+  if (checked.test(current)) return Status::success();
   DeviceInfo dev;
   FLASHATTN_TRY(device_info(&dev));
-  auto* kernel = &attend_kernel<Traits>;
   cudaFuncAttributes attr{};
-  cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
+  const cudaError_t e = cudaFuncGetAttributes(&attr, &attend_kernel<Traits>);
   if (e != cudaSuccess) {
     cudaGetLastError();  // an answer, not a failure of the caller's stream
     return Status::unsupported("cuda decode: no kernel image for this GPU (compute capability " +
@@ -55,13 +49,6 @@ Status attend_check_traits(int* blocks_per_sm) {
                                std::to_string(Traits::kSmemBytes) + " bytes of shared memory per block; this GPU allows " +
                                std::to_string(dev.smem_optin));
   }
-  static DeviceFlags opted_in;
-  FLASHATTN_TRY(opt_in_dynamic_smem("cuda decode", kernel, Traits::kSmemBytes, opted_in));
-  int blocks = 0;
-  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Traits::kThreads, Traits::kSmemBytes);
-  if (e != cudaSuccess) return cuda_status("cuda decode", e, "occupancy query");
-  *blocks_per_sm = blocks > 0 ? blocks : 1;
-  if (current >= 0 && current < kMaxCachedDevices) occupancy[current] = *blocks_per_sm;
   checked.set(current);
   return Status::success();
 }
@@ -73,9 +60,9 @@ Status attend_run(const AttendParams& p, bool paged, cudaStream_t stream) {
 }
 
 template <class Tag, int kHeadDim>
-Status attend_device_check(bool paged, int* blocks_per_sm) {
-  if (paged) return attend_check_traits<DecodeTraits<Tag, kHeadDim, true>>(blocks_per_sm);
-  return attend_check_traits<DecodeTraits<Tag, kHeadDim, false>>(blocks_per_sm);
+Status attend_device_check(bool paged) {
+  if (paged) return attend_check_traits<DecodeTraits<Tag, kHeadDim, true>>();
+  return attend_check_traits<DecodeTraits<Tag, kHeadDim, false>>();
 }
 
 }  // namespace flashattn::cuda::decode
@@ -84,4 +71,4 @@ Status attend_device_check(bool paged, int* blocks_per_sm) {
 #define FLASHATTN_DECODE_INSTANCE(Tag, D)                                                                       \
   template flashattn::Status flashattn::cuda::decode::attend_run<Tag, D>(const flashattn::cuda::decode::AttendParams&, \
                                                                           bool, cudaStream_t);                    \
-  template flashattn::Status flashattn::cuda::decode::attend_device_check<Tag, D>(bool, int*);
+  template flashattn::Status flashattn::cuda::decode::attend_device_check<Tag, D>(bool);

@@ -6,7 +6,9 @@
 //   2. rotate q into the workspace (prepare.cu), when rotary tables are given;
 //   3. attention (attend_kernel.cuh) over (split, packed-row tile, kv head, sequence);
 //   4. combine (combine.cu), when split: the partials merged by their LSE into out and lse.
+#include <algorithm>
 #include <climits>
+#include <cmath>
 #include <string>
 
 #include "api/status_try.hpp"
@@ -87,17 +89,28 @@ int num_m_blocks(const KVCacheParams& p) {
   return static_cast<int>((p.group_size() * p.seqlen_q + kBlockM - 1) / kBlockM);
 }
 
-// Splits of each sequence's keys: enough thread blocks to fill every SM's slots once
-// (batch · heads_kv · row tiles blocks, times the splits), from the shapes and the SM count alone
-// (never the cache lengths, which live on the device), at most kMaxSplits; a caller's num_splits
-// wins. The kernel spreads a sequence's real key blocks evenly over the splits.
-int choose_splits(const KVCacheParams& p, const DeviceInfo& dev, int blocks_per_sm) {
+// Splits of each sequence's keys, from the shapes and the SM count alone (never the cache lengths,
+// which live on the device): FlashAttention-2's rule, with one thread block per SM as the wave. A
+// grid of blocks = batch · heads_kv · row tiles that already fills 80 % of the SMs is not split;
+// else the fewest splits s whose last wave is as full as the best choice's within 85 %
+// (efficiency = blocks·s / SMs over its ceiling), at most kMaxSplits. Measured on the H200
+// (bench/decode_sweep.py, docs/kvcache.md): batch 1 × 8 kv heads is fastest near 16 splits
+// (one block per SM), and 33 (two per SM) is 12 % slower. A caller's num_splits wins. The kernel
+// spreads a sequence's real key blocks evenly over the splits.
+int choose_splits(const KVCacheParams& p, const DeviceInfo& dev) {
   if (p.num_splits > 0) return p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
-  const int64_t blocks = p.batch * p.heads_kv * num_m_blocks(p);
-  const int64_t slots = int64_t{dev.num_sms} * blocks_per_sm;
-  if (blocks == 0 || blocks >= slots) return 1;
-  const int64_t splits = (slots + blocks - 1) / blocks;
-  return static_cast<int>(splits < kMaxSplits ? splits : kMaxSplits);
+  const double blocks = static_cast<double>(p.batch * p.heads_kv * num_m_blocks(p)), sms = dev.num_sms;
+  if (blocks == 0 || blocks >= 0.8 * sms) return 1;
+  auto efficiency = [&](int s) {
+    const double waves = blocks * s / sms;
+    return waves / std::ceil(waves);
+  };
+  double best = 0;
+  for (int s = 1; s <= kMaxSplits; ++s) best = std::max(best, efficiency(s));
+  for (int s = 1; s <= kMaxSplits; ++s) {
+    if (efficiency(s) >= 0.85 * best) return s;
+  }
+  return 1;
 }
 
 Status check_sizes(const KVCacheParams& p) {
@@ -158,9 +171,8 @@ Status plan_kvcache(const KVCacheParams& p, Plan* plan) {
   FLASHATTN_TRY(check_sizes(p));
   FLASHATTN_TRY(check_layout(p));
   const int i = dtype_index(p.dtype);
-  int blocks_per_sm = 1;
-  FLASHATTN_TRY(inst->check[i](p.is_paged(), &blocks_per_sm));
-  const int splits = choose_splits(p, dev, blocks_per_sm);
+  FLASHATTN_TRY(inst->check[i](p.is_paged()));
+  const int splits = choose_splits(p, dev);
   const Layout layout = workspace_layout(p, splits);
   plan->workspace_bytes = layout.bytes;
   plan->set(PlanDetail{inst->run[i], splits, layout});
@@ -173,11 +185,7 @@ CacheIndex cache_index(const KVCacheParams& p) {
   x.cache_batch_idx = p.cache_batch_idx;
   x.block_table = p.block_table;
   x.block_table_batch_stride = p.block_table_batch_stride;
-  x.page_size = static_cast<int>(p.page_size);
-  x.page_shift = -1;
-  for (int shift = 0; shift < 31; ++shift) {
-    if (int64_t{1} << shift == p.page_size) x.page_shift = shift;
-  }
+  x.page_size = FastDivmod::of(p.is_paged() ? static_cast<int>(p.page_size) : 1);
   x.num_pages = static_cast<int>(p.num_pages);
   x.batch_cache = static_cast<int>(p.batch_cache);
   x.capacity = static_cast<int>(p.seqlen_k);

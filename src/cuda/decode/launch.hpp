@@ -62,12 +62,12 @@ Status launch_combine(const CombineParams& p, DType dtype, cudaStream_t stream);
 
 // One attention instance (Tag, D): launch on a grid of (num_splits, num_m_blocks·heads_kv, batch).
 using AttendRunFn = Status (*)(const AttendParams& p, bool paged, cudaStream_t stream);
-// Whether the instance runs on the current GPU; *blocks_per_sm: its occupancy, for the split count.
-using AttendCheckFn = Status (*)(bool paged, int* blocks_per_sm);
+// Whether the instance runs on the current GPU (an image for it, its shared memory).
+using AttendCheckFn = Status (*)(bool paged);
 
 template <class Tag, int kHeadDim>
 Status attend_run(const AttendParams& p, bool paged, cudaStream_t stream);
 template <class Tag, int kHeadDim>
-Status attend_device_check(bool paged, int* blocks_per_sm);
+Status attend_device_check(bool paged);
 
 }  // namespace flashattn::cuda::decode

@@ -21,6 +21,30 @@ struct CacheSide {
   int64_t batch_stride, row_stride, head_stride;
 };
 
+// n / d and n % d for 0 ≤ n < 2^31 and a divisor d ≥ 1 fixed per call, without a division
+// instruction: q = (umulhi(n, m) + n) >> s with s = ceil(log2 d) and m = floor(2^32·(2^s − d) / d) + 1
+// (Granlund and Montgomery, "Division by invariant integers using multiplication", 1994).
+struct FastDivmod {
+  uint32_t multiplier = 0;
+  int shift = 0, divisor = 1;
+
+  static FastDivmod of(int d) {
+    FastDivmod f;
+    f.divisor = d;
+    while ((int64_t{1} << f.shift) < d) ++f.shift;
+    f.multiplier = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << f.shift) - d)) / d + 1);
+    return f;
+  }
+  FLASHATTN_HD int quotient(int n) const {
+#if defined(__CUDA_ARCH__)
+    const uint32_t hi = __umulhi(static_cast<uint32_t>(n), multiplier);
+#else
+    const uint32_t hi = static_cast<uint32_t>((uint64_t{static_cast<uint32_t>(n)} * multiplier) >> 32);
+#endif
+    return static_cast<int>((hi + static_cast<uint32_t>(n)) >> shift);
+  }
+};
+
 // One sequence's rows of one kv head: the element offset of key `key` (< capacity). Contiguous: a
 // base and a row stride. Paged: the sequence's block-table row, each page index clamped into the
 // pool, so a bad entry reads a wrong page of this cache, never memory outside it.
@@ -35,15 +59,16 @@ template <>
 struct SequenceRows<true> {
   int64_t base, row_stride, page_stride;
   const int32_t* pages;
-  int page_size, page_shift, last_page;  // page_shift: log2(page_size) when a power of two, else −1
+  FastDivmod page_size;
+  int last_page;
 
   // The pool page holding key `key` (a block-table read), clamped into the pool.
   __device__ __forceinline__ int page_of(int key) const {
-    const int page = pages[page_shift >= 0 ? key >> page_shift : key / page_size];
+    const int page = pages[page_size.quotient(key)];
     return page < 0 ? 0 : (page > last_page ? last_page : page);
   }
   __device__ __forceinline__ int64_t offset_on(int page, int key) const {
-    const int row = page_shift >= 0 ? key & (page_size - 1) : key % page_size;
+    const int row = key - page_size.quotient(key) * page_size.divisor;
     return base + int64_t{page} * page_stride + int64_t{row} * row_stride;
   }
   __device__ __forceinline__ int64_t offset(int key) const { return offset_on(page_of(key), key); }
@@ -54,8 +79,7 @@ struct CacheIndex {
   const int32_t* cache_batch_idx;  // [batch] or null (contiguous only)
   const int32_t* block_table;      // paged when non-null: [batch][block_table_batch_stride]
   int64_t block_table_batch_stride;
-  int page_size;   // paged only
-  int page_shift;  // paged only: log2(page_size) when a power of two, else −1
+  FastDivmod page_size;  // paged only
   int num_pages;   // paged only: valid page indices are [0, num_pages)
   int batch_cache; // contiguous only: valid cache rows are [0, batch_cache)
   int capacity;    // keys a sequence can hold: seqlen_cache, or max_pages · page_size
@@ -80,7 +104,6 @@ struct CacheIndex {
       r.base = int64_t{h} * side.head_stride;
       r.pages = block_table + b * block_table_batch_stride;
       r.page_size = page_size;
-      r.page_shift = page_shift;
       r.last_page = num_pages - 1;
       r.page_stride = side.batch_stride;
     } else {

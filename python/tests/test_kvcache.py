@@ -108,8 +108,8 @@ def on(device, *tensors):
     return [None if t is None else t.to(device) for t in tensors]
 
 
-# The GPU runs the decode family by name: it is not yet chosen by path="auto" (docs/kvcache.md).
-PATH = {"cpu": "auto", "cuda": "decode"}
+# "auto" picks the cpu family for host tensors and the decode family for CUDA ones.
+PATH = {"cpu": "auto", "cuda": "auto"}
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -15,7 +15,7 @@ const Family& sm80_family();
 const Family& sm90_family();
 
 // The KV-cache call (split-KV decode over contiguous or paged caches): sm_80 and later; only the
-// kvcache direction. Chosen only when named until its tests have passed on a GPU (Family::in_auto).
+// kvcache direction.
 const Family& decode_family();
 
 }  // namespace flashattn::cuda

@@ -30,7 +30,7 @@ const Family& sm90_family() {
 }
 
 const Family& decode_family() {
-  static const Family kDecode{"decode", Device::cuda, {}, {}, {no_cuda<KVCacheParams>, never_run<KVCacheParams>}, false};
+  static const Family kDecode{"decode", Device::cuda, {}, {}, {no_cuda<KVCacheParams>, never_run<KVCacheParams>}};
   return kDecode;
 }
 

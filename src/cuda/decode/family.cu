@@ -99,7 +99,9 @@ int num_m_blocks(const KVCacheParams& p) {
 // spreads a sequence's real key blocks evenly over the splits.
 int choose_splits(const KVCacheParams& p, const DeviceInfo& dev) {
   if (p.num_splits > 0) return p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
-  const double blocks = static_cast<double>(p.batch * p.heads_kv * num_m_blocks(p)), sms = dev.num_sms;
+  // A paged cache's rows wait on block-table reads: its kernel wants two blocks per SM to hide them.
+  const double blocks = static_cast<double>(p.batch * p.heads_kv * num_m_blocks(p));
+  const double sms = static_cast<double>(dev.num_sms) * (p.is_paged() ? 2 : 1);
   if (blocks == 0 || blocks >= 0.8 * sms) return 1;
   auto efficiency = [&](int s) {
     const double waves = blocks * s / sms;
@@ -323,9 +325,8 @@ Status run_kvcache(const Plan& plan, const KVCacheParams& p) {
 }  // namespace
 }  // namespace decode
 
-// Chosen only when named (path = "decode") until its tests have run on a GPU: see Family::in_auto.
 const Family& decode_family() {
-  static const Family kDecode{"decode", Device::cuda, {}, {}, {decode::plan_kvcache, decode::run_kvcache}, false};
+  static const Family kDecode{"decode", Device::cuda, {}, {}, {decode::plan_kvcache, decode::run_kvcache}};
   return kDecode;
 }
 

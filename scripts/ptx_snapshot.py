@@ -64,7 +64,7 @@ def jobs_of(build_dir, out_dir, sass, only):
 def ptxas_resources(stderr):
     """ptxas -v's lines without the compile times (they vary from run to run)."""
     return [line.rstrip() for line in stderr.splitlines()
-            if line.startswith(("ptxas info", "    ")) and "Compile time" not in line]
+            if (line.startswith("ptxas info") and "Compile time" not in line) or "bytes stack frame" in line]
 
 
 def sass_text(dump):

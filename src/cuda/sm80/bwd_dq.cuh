@@ -1,5 +1,6 @@
 // The sm80 backward's dQ accumulation: dQ = dS·K of one step added into the fp32 workspace with
-// red.global.add, and the deterministic mode's fixed order of those additions per query tile.
+// red.global.add (accumulate_dq), and the deterministic mode's fixed order of those additions per
+// query tile (wait_dq_turn).
 //
 // Deterministic mode: the dQ additions of the key blocks into one query tile happen in a fixed
 // key-block order. counters[hq][query tile] counts the key blocks done; a key block waits (thread
@@ -107,6 +108,17 @@ __device__ __forceinline__ void add_dq(const BwdKernelParams& p, const float (&a
   } else {
     red_dq_tile<Sh, false>(dq_lane, acc_dq, cols_left);
   }
+}
+
+// dQ += dS·K for this step: the warp's dQ tile (acc_dq, zero on entry) from dS and K in shared
+// memory, added into the fp32 workspace tile at row ws_row (scaled in the postprocess).
+template <class Elem, class Sh>
+__device__ __forceinline__ void accumulate_dq(float (&acc_dq)[Sh::kMtQ][Sh::kNtQ][4], const BwdKernelParams& p,
+                                              uint32_t s_ds, uint32_t s_k, int64_t ws_row, const DqLane<Sh>& dq,
+                                              const BwdWarpTiles& w, int lane) {
+  gemm_ab<Elem, typename Sh::TileP, typename Sh::TileK, Sh::kMtQ, Sh::kNtQ, Sh::kBN / 16>(acc_dq, s_ds, w.q_row0, s_k,
+                                                                                         w.q_col0, lane);
+  add_dq<Sh>(p, acc_dq, ws_row, dq, w, lane / 4, lane % 4);
 }
 
 }  // namespace flashattn::cuda::sm80

@@ -24,10 +24,12 @@
 // Deterministic mode (a fixed order of the dQ additions per query tile): bwd_dq.cuh.
 //
 // Pieces: bwd_shape.cuh (tile, warp tiles, smem carve-up), scheduler.cuh (grid block → key block;
-// the step order), bwd_loads.cuh (tile loads), hooks.cuh (score and probability hooks), bwd_step.cuh
-// (dV, dK products), bwd_dq.cuh (dQ reds, deterministic order), bwd_epilogue.cuh (dK, dV stores,
-// split-tail sums). S → P → dS stays written out in the loop: moved into functions, it changed the
-// PTX (docs/kernels-sm80-backward.md, "Where the pieces are").
+// the step order), bwd_loads.cuh (tile loads; when the next step's go out), hooks.cuh (score and
+// probability hooks), bwd_step.cuh (P of a column pair; the dV, dK products), bwd_dq.cuh (dQ
+// product and reds, deterministic order), bwd_epilogue.cuh (dK, dV stores, split-tail sums).
+// The step loop, S, the loops over P and dS stay written out in bwd_block_part: every function
+// boundary tried around them changed the PTX (renumbered registers or moved instructions) and, at
+// some head dim, the SASS (docs/kernels-sm80-backward.md, "Where the pieces are").
 #pragma once
 
 #include <cstdint>
@@ -125,12 +127,7 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
       if (p.deterministic && it > 0 && tid == 0) {
         ptx::red_release_add_s32(dq_tile_counter<kBM>(p.counters, order.ws_row_before(step)), 1);  // the last step's
       }
-      if (kStages == 2 && has_next) {
-        const BwdStep next = order.after(step);
-        load.q(next, stage ^ 1);
-        load.dout(next, stage ^ 1);
-        ptx::cp_async_commit();
-      }
+      load.next_step_ahead(order, step, has_next, stage);
 
       // ---- S = Q·Kᵀ, then P = exp2(score − LSE·log2e) ------------------------------------------
       float acc_s[Sh::kMtS][Sh::kNtS][4] = {};
@@ -139,31 +136,19 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
       // The score hook: scores as the forward sees them (the transform of common/scores.cuh; a plain
       // scale is folded into the exp2 below), then the mask on boundary tiles. Where the transform's
       // slope varies, acc_s keeps these log2-domain scores, and dS recomputes P and the slope from them.
-      score_hook<kBM, kBN>(acc_s, p.scores, mask, m0, n0, w.s_row0, w.s_col0, lane);
+      score_hook<kBM, kBN>(acc_s, p.scores, mask, m0, n_block, w.s_row0, w.s_col0, lane);
       const float exp_mult = p.scores.exp_mult;
       // The lane's LSE·log2e rows (and below, D) are read as one batch before the loop (load_rows).
       float lse_r[Sh::kMtS][2], dsum_r[Sh::kMtS][2];
       load_rows<Sh>(lse_r, s_lse, w.s_row0, g);
 #pragma unroll
-      for (int mi = 0; mi < Sh::kMtS; ++mi) {
+      for (int mi = 0; mi < Sh::kMtS; ++mi)
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int r = w.s_row0 + 16 * mi + 8 * half + g;
-          const float neg_lse = -lse_r[mi][half];
+        for (int half = 0; half < 2; ++half)
 #pragma unroll
-          for (int ni = 0; ni < Sh::kNtS; ++ni) {
-            float* x = &acc_s[mi][ni][2 * half];
-            float p0 = ptx::exp2_approx(fmaf(x[0], exp_mult, neg_lse));
-            float p1 = ptx::exp2_approx(fmaf(x[1], exp_mult, neg_lse));
-            probability_hook(p0, p1, m0 + r, n0 + w.s_col0 + 8 * ni + 2 * t);  // kSlopeVaries: dS recomputes P
-            if constexpr (!kSlopeVaries) {
-              x[0] = p0;
-              x[1] = p1;
-            }
-            *reinterpret_cast<uint32_t*>(smem + Sh::kOffP + p_offset<Sh>(r, ni, w.s_col0, t)) = ptx::pack2<Elem>(p0, p1);
-          }
-        }
-      }
+          for (int ni = 0; ni < Sh::kNtS; ++ni)
+            recompute_p<Elem, Sh, kSlopeVaries>(&acc_s[mi][ni][2 * half], exp_mult, lse_r[mi][half], smem, m0, n0, mi,
+                                                half, ni, w, g, t);
 
       // ---- dP = dO·Vᵀ, then dS = P ∘ (dP − D) ---------------------------------------------------
       {
@@ -199,30 +184,17 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
 
       // ---- dV += Pᵀ·dO --------------------------------------------------------------------------
       accumulate_dv<Elem, Sh>(acc_dv, s_p, s_do, w, lane);
-      if constexpr (kStages == 1) {
-        if (has_next) {
-          __syncthreads();  // everyone is done with dO, LSE and D
-          load.dout(order.after(step), 0);
-          ptx::cp_async_commit();
-        }
-      }
+      load.next_dout_after_dv(order, step, has_next);
 
-      // ---- dQ += dS·K, into the fp32 workspace ---------------------------------------------------
+      // ---- dQ += dS·K, into the fp32 workspace (acc_dq declared here: inside, the PTX changed) ----
       {
         float acc_dq[Sh::kMtQ][Sh::kNtQ][4] = {};
-        gemm_ab<Elem, TileP, TileK, Sh::kMtQ, Sh::kNtQ, kBN / 16>(acc_dq, s_ds, w.q_row0, s_k, w.q_col0, lane);
-        add_dq<Sh>(p, acc_dq, step.ws_row, dq, w, g, t);
+        accumulate_dq<Elem, Sh>(acc_dq, p, s_ds, s_k, step.ws_row, dq, w, lane);
       }
 
       // ---- dK += dSᵀ·Q --------------------------------------------------------------------------
       accumulate_dk<Elem, Sh>(acc_dk, s_ds, s_q, w, lane);
-      if constexpr (kStages == 1) {
-        if (has_next) {
-          __syncthreads();  // everyone is done with Q
-          load.q(order.after(step), 0);
-          ptx::cp_async_commit();
-        }
-      }
+      load.next_q_after_dk(order, step, has_next);
       if (has_next) step = order.after(step);  // recomputed rather than kept from the loads above: fewer live registers
     }
     if (p.deterministic) {

@@ -1,5 +1,6 @@
 // The sm80 backward's tile loads (cp.async, zero-filled past the sequence and head dim): K and V once
-// per block, and per step the Q tile and the dO tile with its LSE·log2e and D rows.
+// per block, and per step the Q tile and the dO tile with its LSE·log2e and D rows; when the next
+// step's tiles are issued (the pipeline of bwd_kernel.cuh's header).
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,40 @@ struct BwdLoads {
     } else if (tid < 2 * kChunks) {
       const int c = tid - kChunks;
       ptx::cp_async_16(s_base + Sh::kOffDsum + stage * Sh::kRowBytes + c * 16, p.dsum + s.ws_row + c * 4);
+    }
+  }
+
+  // The next step's tiles, in the pipeline's order. Double-buffered (stages = 2): its Q, dO and rows
+  // into the other stage, issued right after this step's top barrier, to land during this step's
+  // math. Single-buffered (stages = 1): its dO and rows once every warp is done with them (after
+  // dV), its Q once every warp is done with Q (after dK).
+  __device__ __forceinline__ void next_step_ahead(const BwdStepOrder<Sh::kBM>& order, const BwdStep& s, bool has_next,
+                                                  int stage) const {
+    if (Sh::kStages == 2 && has_next) {
+      const BwdStep next = order.after(s);
+      q(next, stage ^ 1);
+      dout(next, stage ^ 1);
+      ptx::cp_async_commit();
+    }
+  }
+  __device__ __forceinline__ void next_dout_after_dv(const BwdStepOrder<Sh::kBM>& order, const BwdStep& s,
+                                                     bool has_next) const {
+    if constexpr (Sh::kStages == 1) {
+      if (has_next) {
+        __syncthreads();  // everyone is done with dO, LSE and D
+        dout(order.after(s), 0);
+        ptx::cp_async_commit();
+      }
+    }
+  }
+  __device__ __forceinline__ void next_q_after_dk(const BwdStepOrder<Sh::kBM>& order, const BwdStep& s,
+                                                  bool has_next) const {
+    if constexpr (Sh::kStages == 1) {
+      if (has_next) {
+        __syncthreads();  // everyone is done with Q
+        q(order.after(s), 0);
+        ptx::cp_async_commit();
+      }
     }
   }
 };

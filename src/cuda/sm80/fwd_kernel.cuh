@@ -9,7 +9,17 @@
 //   (softmax.cuh: running max, rescale of O and ℓ, P = exp2) → probability hook (identity) → P to
 //   16-bit A fragments → O += P·V (gemm_rs).
 // Epilogue (epilogue.cuh): O / ℓ → 16-bit → shared memory (reusing Q's bytes) → coalesced 16-byte
-// global stores; LSE (natural log) per row when requested. Block → work: scheduler.cuh.
+// global stores; LSE (natural log) per row when requested. Block → work: scheduler.cuh. Loads and
+// the pipeline's waits: fwd_loads.cuh.
+//
+// The pieces, as they run: fwd_kernel (which rows, keys, tiles; O and the softmax state; then the
+// epilogue) → fwd_mainloop (the key blocks, last to first) → attend_key_block (one key block:
+// compute_scores, score_hook, OnlineSoftmax::update, probability_hook, accumulate_pv).
+//
+// Register tiles (O, the softmax state, S, P's A fragments) are declared in fwd_kernel, in this
+// order, and the pieces take them by reference. Declared inside an inlined piece, a tile's storage
+// is hoisted ahead of the kernel's, which renumbers the loop's registers: different PTX, and ptxas
+// then allocates and schedules differently (different SASS; docs/kernels-sm80-forward.md).
 //
 // Pipeline (kStages = 2, double-buffered K and V; each wait also orders the buffer reuse):
 //   prologue: [Q, K_0] [V_0]
@@ -28,6 +38,7 @@
 #include "cuda/common/seqlen.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
+#include "cuda/sm80/fwd_loads.cuh"
 #include "cuda/sm80/fwd_params.cuh"
 #include "cuda/sm80/epilogue.cuh"
 #include "cuda/sm80/fwd_traits.cuh"
@@ -40,43 +51,98 @@
 
 namespace flashattn::cuda::sm80 {
 
+// A warp's ldmatrix addresses: its Q rows (A of S = Q·Kᵀ), K (B of S) and V (B of O += P·V). V's
+// ldmatrix.trans lane pattern is Q's (row lane % 16, chunk lane / 16) on a tile as wide, and
+// warp_row0 is a multiple of 8 (same swizzle): V's addresses are Q's plus a warp-uniform offset,
+// which saves the registers of a third address set.
+template <class Traits>
+struct FwdWarpOperands {
+  using QTile = typename Traits::QTile;
+  using KVTile = typename Traits::KVTile;
+  static_assert(QTile::kChunksPerRow == KVTile::kChunksPerRow && Traits::kRowsPerWarp % 8 == 0);
 
-// cp.async tile loads of a whole block. TileIO's cheap path (one pointer per thread, stepped, at a
-// fixed swizzle) needs each step to cover a multiple of 8 rows; a block too small for that at this
-// tile width (D = 256 with 4 warps: 4 rows per step) loads as a block of twice its size, each thread
-// playing threads t and t + kThreads, instead of computing an address per chunk (which spilled).
-template <class Tile, int kThreads>
-struct FwdTileLoader {
-  static constexpr int kPlays =
-      !TileIO<Tile, kThreads>::kFixedColumn && TileIO<Tile, 2 * kThreads>::kFixedColumn ? 2 : 1;
-  using IO = TileIO<Tile, kPlays * kThreads>;
-
-  __device__ __forceinline__ static void load_async_or_zero(uint32_t smem, const void* gmem, int64_t row_stride,
-                                                            int rows_valid, int cols_valid, int tid) {
-    IO::load_async_or_zero(smem, gmem, row_stride, rows_valid, cols_valid, tid);
-    if constexpr (kPlays == 2) {
-      IO::load_async_or_zero(smem, gmem, row_stride, rows_valid, cols_valid, tid + kThreads);
-    }
-  }
+  LdsmAddr<QTile> q;
+  LdsmAddr<KVTile> k;
+  uint32_t v_from_q;  // V's stage 0 minus Q's
 };
+
+// The register tiles of a warp, by name (FwdTraits: kMTiles m-tiles of 16 rows).
+template <class Traits>
+using FwdO = float[Traits::kMTiles][Traits::kDTiles][4];  // O (unnormalized until finalize)
+template <class Traits>
+using FwdS = float[Traits::kMTiles][Traits::kNTiles][4];  // S, then P in place
+template <class Traits>
+using FwdPA = uint32_t[Traits::kMTiles][Traits::kPVSteps][4];  // P as 16-bit A fragments of P·V
+
+// S = Q·K_nᵀ for this warp's rows, K_n in stage buffer `stage`.
+template <class Traits>
+__device__ __forceinline__ void compute_scores(FwdS<Traits>& s, const FwdWarpOperands<Traits>& ops, int stage) {
+#pragma unroll
+  for (int mi = 0; mi < Traits::kMTiles; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < Traits::kNTiles; ++ni)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) s[mi][ni][c] = 0.f;
+  gemm_ss<typename Traits::Tag, typename Traits::QTile, typename Traits::KVTile, Traits::kMTiles, Traits::kNTiles,
+          Traits::kQKSteps>(s, ops.q, ops.k, stage * Traits::KVTile::kBytes);
+}
+
+// O += P·V_n, V_n in stage buffer `stage`, P straight from registers: converted to 16-bit A
+// fragments in pa (the C layout of two n-tiles is the A layout of one k-step).
+template <class Traits>
+__device__ __forceinline__ void accumulate_pv(FwdO<Traits>& acc, FwdPA<Traits>& pa, const FwdS<Traits>& s,
+                                              const FwdWarpOperands<Traits>& ops, int stage) {
+  accumulator_to_a_fragments<typename Traits::Tag>(pa, s);
+  gemm_rs<typename Traits::Tag, typename Traits::QTile, Traits::kMTiles, Traits::kDTiles, Traits::kPVSteps>(
+      acc, pa, ops.q, ops.v_from_q + stage * Traits::KVTile::kBytes);
+}
+
+// Key block n of the main loop, between the pipeline's two barriers (fwd_loads.cuh): S = Q·K_nᵀ →
+// score hook → online softmax (rescales O) → probability hook → O += P·V_n.
+template <class Traits>
+__device__ __forceinline__ void attend_key_block(FwdO<Traits>& acc, OnlineSoftmax<Traits::kMTiles>& softmax,
+                                                 FwdS<Traits>& s, FwdPA<Traits>& pa, int n, bool has_next,
+                                                 int stage, const FwdLoads<Traits>& load,
+                                                 const FwdWarpOperands<Traits>& ops, const ScoreTransform& scores,
+                                                 const Mask& mask, int m0, int warp_row0, int lane) {
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  load.wait_k(n, has_next, stage);
+  compute_scores<Traits>(s, ops, stage);
+  score_hook<kBlockM, kBlockN>(s, scores, mask, m0, n, warp_row0, 0, lane);
+  softmax.update(s, acc, scores.exp_mult);
+  probability_hook(s, m0 + warp_row0, n * kBlockN, lane);
+  load.wait_v(n, has_next, stage);
+  accumulate_pv<Traits>(acc, pa, s, ops, stage);
+}
+
+// The main loop: key blocks [n_begin, n_end), last to first (the blocks that need element masks
+// come first), after the prologue's loads.
+template <class Traits>
+__device__ __forceinline__ void fwd_mainloop(FwdO<Traits>& acc, OnlineSoftmax<Traits::kMTiles>& softmax,
+                                             FwdS<Traits>& s, FwdPA<Traits>& pa, int n_begin, int n_end,
+                                             const FwdLoads<Traits>& load, const FwdWarpOperands<Traits>& ops,
+                                             const ScoreTransform& scores, const Mask& mask, int m0, int warp_row0,
+                                             int lane) {
+  int stage = 0;
+  for (int n = n_end - 1; n >= n_begin; --n) {
+    attend_key_block<Traits>(acc, softmax, s, pa, n, n > n_begin, stage, load, ops, scores, mask, m0, warp_row0, lane);
+    if constexpr (Traits::kStages == 2) stage ^= 1;
+  }
+}
 
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const __grid_constant__ FwdKernelParams p) {
 #if FLASHATTN_PTX_SM80
-  using Tag = typename Traits::Tag;
   using QTile = typename Traits::QTile;
   using KVTile = typename Traits::KVTile;
-  using IOQ = TileIO<QTile, Traits::kThreads>;  // the epilogue's stores
-  using LoadQ = FwdTileLoader<QTile, Traits::kThreads>;
-  using LoadKV = FwdTileLoader<KVTile, Traits::kThreads>;
-  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kStages = Traits::kStages;
-  constexpr int kMTiles = Traits::kMTiles, kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  constexpr int kMTiles = Traits::kMTiles, kDTiles = Traits::kDTiles;
 
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int warp_row0 = warp * Traits::kRowsPerWarp;  // this warp's first row within the block
 
-  // ---- which rows, keys and mask ---------------------------------------------------------------
+  // ---- which rows, keys and mask (scheduler.cuh, common/mask.cuh) -------------------------------
   const FwdBlockIndex ix = fwd_block_index(p);
   const SeqLens seq = seq_lens(ix.batch, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlen_q, p.seqlen_k);
   const int m0 = ix.m_block * kBlockM;
@@ -89,6 +155,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const __grid_cons
   const int n_begin = mask.n_block_begin(m0, kBlockN);
   const int n_end = mask.n_block_end(m0, kBlockM, kBlockN);
 
+  // ---- where the tiles are: global rows, shared buffers, the warp's ldmatrix addresses -----------
   const int head_kv = ix.head / p.group_size;
   const char* q_head = static_cast<const char*>(p.q) +
                        gmem_offset(ix.batch, seq.q_offset, ix.head, p.q_batch_stride, p.q_row_stride, p.q_head_stride) *
@@ -102,25 +169,12 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const __grid_cons
   const uint32_t s_q = ptx::smem_addr(smem) + Traits::kQOffset;
   const uint32_t s_k = ptx::smem_addr(smem) + Traits::kKOffset;
   const uint32_t s_v = ptx::smem_addr(smem) + Traits::kVOffset;
-  const LdsmAddr<QTile> q_frag = ldsm_a_addr<QTile>(s_q, warp_row0, lane);
-  const LdsmAddr<KVTile> k_frag = ldsm_b_addr<KVTile>(s_k, 0, lane);
-  // V's ldmatrix.trans lane pattern is Q's (row lane % 16, chunk lane / 16) on a tile as wide, and
-  // warp_row0 is a multiple of 8 (same swizzle): V's addresses are Q's plus a warp-uniform offset,
-  // which saves the registers of a third address set.
-  static_assert(QTile::kChunksPerRow == KVTile::kChunksPerRow && Traits::kRowsPerWarp % 8 == 0);
-  const uint32_t v_from_q = s_v - (s_q + warp_row0 * QTile::kChunksPerRow * kChunkBytes);
+  const FwdWarpOperands<Traits> ops{ldsm_a_addr<QTile>(s_q, warp_row0, lane), ldsm_b_addr<KVTile>(s_k, 0, lane),
+                                    s_v - (s_q + warp_row0 * QTile::kChunksPerRow * kChunkBytes)};
+  const FwdLoads<Traits> load{p, seq, k_head, v_head, s_k, s_v, tid};
 
-  // Issues the cp.async copies of key block n (K or V) into a stage buffer.
-  auto load_k = [&](int n, int stage) {
-    LoadKV::load_async_or_zero(s_k + stage * KVTile::kBytes, k_head + static_cast<int64_t>(n) * kBlockN * p.k_row_stride * kElemBytes,
-                     p.k_row_stride, seq.seqlen_k - n * kBlockN, p.hdim_qk, tid);
-  };
-  auto load_v = [&](int n, int stage) {
-    LoadKV::load_async_or_zero(s_v + stage * KVTile::kBytes, v_head + static_cast<int64_t>(n) * kBlockN * p.v_row_stride * kElemBytes,
-                     p.v_row_stride, seq.seqlen_k - n * kBlockN, p.hdim_v, tid);
-  };
-
-  float acc[kMTiles][kDTiles][4];
+  // ---- the register tiles (in this order: see the header), the main loop --------------------------
+  FwdO<Traits> acc;
 #pragma unroll
   for (int mi = 0; mi < kMTiles; ++mi)
 #pragma unroll
@@ -130,75 +184,15 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const __grid_cons
   OnlineSoftmax<kMTiles> softmax;
   softmax.init();
   const ScoreTransform scores = p.scores;
+  FwdS<Traits> s;
+  FwdPA<Traits> pa;
 
-  // ---- main loop over key blocks, last to first ---------------------------------------------------
-  if (n_begin < n_end) {
-    LoadQ::load_async_or_zero(s_q, q_head + static_cast<int64_t>(m0) * p.q_row_stride * kElemBytes, p.q_row_stride,
-                    seq.seqlen_q - m0, p.hdim_qk, tid);
-    load_k(n_end - 1, 0);
-    ptx::cp_async_commit();
-    if constexpr (kStages == 2) {
-      load_v(n_end - 1, 0);
-      ptx::cp_async_commit();
-    }
-
-    int stage = 0;
-    for (int n = n_end - 1; n >= n_begin; --n) {
-      const bool has_next = n > n_begin;
-      // K_n has landed (and every warp is done with the buffers about to be refilled).
-      if constexpr (kStages == 2) {
-        ptx::cp_async_wait<1>();
-        __syncthreads();
-        if (has_next) load_k(n - 1, stage ^ 1);
-        ptx::cp_async_commit();
-      } else {
-        ptx::cp_async_wait<0>();
-        __syncthreads();
-        load_v(n, 0);
-        ptx::cp_async_commit();
-      }
-
-      // S = Q·K_nᵀ for this warp's rows.
-      float s[kMTiles][kNTiles][4];
-#pragma unroll
-      for (int mi = 0; mi < kMTiles; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < kNTiles; ++ni)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) s[mi][ni][c] = 0.f;
-      gemm_ss<Tag, QTile, KVTile, kMTiles, kNTiles, Traits::kQKSteps>(s, q_frag, k_frag, stage * KVTile::kBytes);
-
-      // The score hook (hooks.cuh's score_hook), written out: as a call it changes the PTX at D = 64, 192.
-      transform_scores(s, scores);
-      if (mask.tile_needs_mask(m0, kBlockM, n * kBlockN, kBlockN)) {
-        mask_accumulator(s, mask, m0 + warp_row0, n * kBlockN, lane);
-      }
-      softmax.update(s, acc, scores.exp_mult);
-      probability_hook(s, m0 + warp_row0, n * kBlockN, lane);
-
-      // V_n has landed (and every warp is done reading K_n / V_{n+1}).
-      if constexpr (kStages == 2) {
-        ptx::cp_async_wait<1>();
-        __syncthreads();
-        if (has_next) load_v(n - 1, stage ^ 1);
-        ptx::cp_async_commit();
-      } else {
-        ptx::cp_async_wait<0>();
-        __syncthreads();
-        if (has_next) {
-          load_k(n - 1, 0);
-          ptx::cp_async_commit();
-        }
-      }
-
-      // O += P·V_n, P straight from registers.
-      uint32_t pa[kMTiles][Traits::kPVSteps][4];
-      accumulator_to_a_fragments<Tag>(pa, s);
-      gemm_rs<Tag, QTile, kMTiles, kDTiles, Traits::kPVSteps>(acc, pa, q_frag, v_from_q + stage * KVTile::kBytes);
-      if constexpr (kStages == 2) stage ^= 1;
-    }
+  if (n_begin < n_end) {  // else no key is visible: O = 0, LSE = +inf
+    load.prologue(s_q, q_head, m0, n_end - 1);
+    fwd_mainloop<Traits>(acc, softmax, s, pa, n_begin, n_end, load, ops, scores, mask, m0, warp_row0, lane);
   }
 
+  // ---- epilogue: O / ℓ and the LSE, stored ---------------------------------------------------------
   float lse[kMTiles][2];
   softmax.finalize(acc, scores.exp_mult, lse);
   fwd_epilogue<Traits>(p, smem, acc, lse, ix.batch, ix.head, seq, m0, warp_row0, lane, tid);

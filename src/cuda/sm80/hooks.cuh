@@ -36,14 +36,18 @@ FLASHATTN_UNROLL
   }
 }
 
-// The score hook: a warp's S tile, rows m0 + row0 + .., keys n0 + col0 + .. of the (query tile at
-// m0, key tile at n0) pair, between S = Q·Kᵀ and the softmax. The mask costs only on tile pairs that
-// straddle a mask edge or the sequence end.
+// The score hook: a warp's S tile, rows m0 + row0 + .., keys n_block·kTileN + col0 + .. of the (query
+// tile at m0, key block n_block) pair, between S = Q·Kᵀ and the softmax. The mask costs only on tile
+// pairs that straddle a mask edge or the sequence end. It takes the key block's index, not its first
+// key: the key block's first key n_block·kTileN is then computed where the mask needs it (passed in,
+// it was computed before the call and the forward's PTX changed at D = 64 and 192).
 template <int kTileM, int kTileN, int kMTiles, int kNTiles>
 __device__ __forceinline__ void score_hook(float (&s)[kMTiles][kNTiles][4], const ScoreTransform& scores,
-                                           const Mask& mask, int m0, int n0, int row0, int col0, int lane) {
+                                           const Mask& mask, int m0, int n_block, int row0, int col0, int lane) {
   transform_scores(s, scores);
-  if (mask.tile_needs_mask(m0, kTileM, n0, kTileN)) mask_accumulator(s, mask, m0 + row0, n0 + col0, lane);
+  if (mask.tile_needs_mask(m0, kTileM, n_block * kTileN, kTileN)) {
+    mask_accumulator(s, mask, m0 + row0, n_block * kTileN + col0, lane);
+  }
 }
 
 // The probability hook on one column pair (p0, p1) of query row `row`, keys key, key + 1: identity

@@ -240,6 +240,78 @@ TEST_F(BadInput, InfiniteSoftcap) { fwd.options.softcap = INFINITY; expect_rejec
 TEST_F(BadInput, InfiniteSoftmaxScale) { fwd.options.softmax_scale = INFINITY; expect_rejected(fwd, kInvalid, {"softmax_scale = inf"}); }
 TEST_F(BadInput, NaNSoftmaxScale) { bwd.options.softmax_scale = std::nanf(""); expect_rejected(bwd, kInvalid, {"softmax_scale = nan"}); }
 
+// ---- paged K/V (block_table): the varlen forward only ----
+// Sequences of 5, 2, 6 keys on pages of 4: block_table [3, 3] over a pool of 7 pages.
+class PagedBadInput : public BadInput {
+ protected:
+  void SetUp() override {
+    BadInput::SetUp();
+    Rng rng;
+    pp = make_problem(Case::varlen({3, 0, 4}, {5, 2, 6}, 4, 2, 64).paged(4), rng);
+    pfwd = pp.forward_args(host);
+  }
+  int32_t& entry(int64_t b, int64_t j) {
+    return static_cast<int32_t*>(pfwd.block_table.data)[b * pfwd.block_table.stride[0] + j];
+  }
+  Problem pp;
+  ForwardArgs pfwd;
+};
+
+TEST_F(PagedBadInput, ValidArgumentsAreAccepted) {
+  entry(1, 1) = -3;  // past sequence 1's one page: never read, so anything goes
+  EXPECT_TRUE(supports(pfwd).ok()) << supports(pfwd).message;
+  EXPECT_EQ(forward_path(pfwd), "cpu");
+}
+TEST_F(PagedBadInput, WithoutVarlen) {
+  fwd.block_table = pfwd.block_table;
+  expect_rejected(fwd, kInvalid, {"block_table:", "cu_seqlens", "varlen"});
+}
+TEST_F(PagedBadInput, InTheBackward) {
+  bwd.block_table = pfwd.block_table;
+  expect_rejected(bwd, kUnsupported, {"block_table:", "backward"});
+}
+TEST_F(PagedBadInput, BlockTableRank) { pfwd.block_table.rank = 1; expect_rejected(pfwd, kInvalid, {"block_table:", "rank 1", "expected 2"}); }
+TEST_F(PagedBadInput, BlockTableDtype) {
+  pfwd.block_table.dtype = DType::f32;
+  expect_rejected(pfwd, kInvalid, {"block_table:", "dtype f32", "expected i32"});
+}
+TEST_F(PagedBadInput, BlockTableBatch) {
+  pfwd.block_table.shape[0] = 2;
+  expect_rejected(pfwd, kInvalid, {"block_table:", "shape [2, 3]", "batch = 3"});
+}
+TEST_F(PagedBadInput, PackedKeysGivenWithBlockTable) {
+  pfwd.k = vfwd.k;
+  expect_rejected(pfwd, kInvalid, {"k:", "rank 3", "expected 4"});
+}
+TEST_F(PagedBadInput, PageSizeZero) {
+  pfwd.k.shape[1] = pfwd.v.shape[1] = 0;
+  expect_rejected(pfwd, kInvalid, {"k: page_size = 0", ">= 1"});
+}
+TEST_F(PagedBadInput, ValuePagesDifferFromKeys) {
+  pfwd.v.shape[1] = 3;
+  expect_rejected(pfwd, kInvalid, {"v:", "[7, 3, 2, 64]", "[7, 4, 2, 64]", "num_pages, page_size"});
+}
+TEST_F(PagedBadInput, KeyHeadDimDiffersFromQ) {
+  pfwd.k.shape[3] = 32;
+  expect_rejected(pfwd, kInvalid, {"k:", "[7, 4, 2, 32]", "hdim_qk of q"});
+}
+TEST_F(PagedBadInput, PageBeyondThePool) {
+  entry(2, 1) = 7;
+  expect_rejected(pfwd, kInvalid, {"block_table[2][1] = 7", "[0, 7)", "sequence 2 uses its first 2 entries"});
+}
+TEST_F(PagedBadInput, NegativePage) {
+  entry(0, 0) = -1;
+  expect_rejected(pfwd, kInvalid, {"block_table[0][0] = -1"});
+}
+TEST_F(PagedBadInput, SequenceLongerThanItsPages) {
+  pfwd.block_table.shape[1] = 1;  // 4 keys per sequence, sequence 0 has 5
+  expect_rejected(pfwd, kInvalid, {"cu_seqlens_k: sequence 0 has length 5", "max_pages * page_size = 4"});
+}
+TEST_F(PagedBadInput, SequenceLongerThanMaxSeqlenK) {
+  pfwd.max_seqlen_k = 5;
+  expect_rejected(pfwd, kInvalid, {"cu_seqlens_k: sequence 2 has length 6", "max_seqlen_k = 5"});
+}
+
 // ---- workspace: where a backend needs one, too little is refused ----
 class Workspace : public ::testing::TestWithParam<Backend> {};
 

@@ -155,6 +155,40 @@ TEST_F(CApi, OlderSmallerArgsStruct) {
   EXPECT_STREQ(fa_forward_path(&caller.args), "cpu");
 }
 
+// A caller compiled against layout 2 (before `block_table`): the forward reads packed keys, whatever
+// lies in memory after the struct it declares.
+TEST_F(CApi, LayoutTwoArgsStruct) {
+  struct {
+    fa_args args;
+    unsigned char beyond[64];
+  } caller;
+  std::memset(&caller, 0xA5, sizeof caller);
+  std::memcpy(&caller.args, &args, FA_ARGS_SIZE_V2);
+  caller.args.struct_size = FA_ARGS_SIZE_V2;
+  for (HostTensor* t : {&p.out, &p.lse}) t->poison();
+  for (HostTensor* t : {&p.q, &p.k, &p.v, &p.cu_q, &p.cu_k, &p.out, &p.lse}) t->snapshot();
+  ASSERT_EQ(fa_forward(&caller.args, msg, sizeof msg), 0) << msg;
+  expect_forward_matches(p);
+}
+
+// fa_args.block_table: the paged varlen forward through the C ABI, against the reference on the
+// gathered keys; the backward refuses it by name.
+TEST_F(CApi, PagedForward) {
+  Rng rng;
+  Problem pp = make_problem(p.c.paged(3), rng);
+  fa_args a = args_to_c(pp.backward_args(host), &options);
+  a.k = to_c(host.view(pp.k_pages));
+  a.v = to_c(host.view(pp.v_pages));
+  a.block_table = to_c(host.view(pp.block_table));
+  for (HostTensor* t : {&pp.out, &pp.lse}) t->poison();
+  for (HostTensor* t : {&pp.q, &pp.k_pages, &pp.v_pages, &pp.block_table, &pp.cu_q, &pp.cu_k, &pp.out, &pp.lse}) t->snapshot();
+  ASSERT_EQ(fa_forward(&a, msg, sizeof msg), 0) << msg;
+  expect_forward_matches(pp);
+  EXPECT_STREQ(fa_forward_path(&a), "cpu");
+  EXPECT_EQ(fa_backward(&a, msg, sizeof msg), static_cast<int>(StatusCode::not_supported));
+  EXPECT_NE(std::strstr(msg, "block_table"), nullptr) << msg;
+}
+
 // A newer caller's larger struct is accepted while the fields this library does not know are zero,
 // refused by name when one is set; a struct_size below the first layout (unset) is refused.
 TEST_F(CApi, StructSizeIsChecked) {

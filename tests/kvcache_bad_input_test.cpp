@@ -145,7 +145,7 @@ TEST_F(KVBadInput, LengthBeyondContiguousCapacity) {
 TEST_F(KVBadInput, PageIndexBeyondPool) {
   const int64_t pages = p.k_cache.shape(0);
   p.block_table.set({0, 1}, static_cast<double>(pages));
-  expect_rejected(paged, kInvalid, {"block_table[0][1] = " + std::to_string(pages), "outside the cache's pages"});
+  expect_rejected(paged, kInvalid, {"block_table[0][1] = " + std::to_string(pages), "outside the pages [0, " + std::to_string(pages) + ")"});
 }
 TEST_F(KVBadInput, NegativePageIndex) {
   p.block_table.set({2, 0}, -1);

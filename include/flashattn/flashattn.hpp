@@ -10,6 +10,7 @@
 //   out  [batch, seqlen_q, heads_q,  hdim_v ]      varlen: [total_q, heads_q,  hdim_v ]
 //   lse  fp32 [batch, heads_q, seqlen_q]           varlen: [heads_q, total_q]
 //   cu_seqlens_q / cu_seqlens_k: int32 [batch + 1] cumulative offsets (varlen only)
+//   paged k, v (AttentionArgs::block_table): [num_pages, page_size, heads_kv, hdim_qk / hdim_v]
 // Varlen: packed rows outside [cu_seqlens[0], cu_seqlens[batch]) belong to no sequence and are
 // neither read nor written: out, lse, dq (query side) and dk, dv (key side) keep whatever those
 // rows held. A caller that needs them defined zeroes them (the Python API allocates them zeroed).
@@ -101,6 +102,14 @@ struct AttentionArgs {
   // Variable-length batches: set both (int32 [batch + 1], on the same device as q) and the maxima.
   TensorView cu_seqlens_q, cu_seqlens_k;
   int64_t max_seqlen_q = 0, max_seqlen_k = 0;
+
+  // Paged K/V (flash-attn's varlen forward with block_table, "paged prefill"): int32 [batch,
+  // max_pages_per_sequence], varlen only, forward only (the backward refuses it). k and v are then
+  // a page pool [num_pages, page_size, heads_kv, hdim], any page_size ≥ 1, and sequence b's key t
+  // is row t % page_size of page block_table[b][t / page_size]; cu_seqlens_k[b + 1] − cu_seqlens_k[b]
+  // is its length (≤ max_pages_per_sequence · page_size), the keys are not packed. Entries past a
+  // sequence's ⌈length / page_size⌉ pages are never read.
+  TensorView block_table;
 
   AttentionOptions options;
 

@@ -53,6 +53,8 @@ typedef struct fa_args {
   size_t workspace_bytes;
   /* -- end of layout 1 (FA_ARGS_SIZE_V1) -- */
   const char* path;                       /* NULL or "auto": any kernel family; else its name */
+  /* -- end of layout 2 (FA_ARGS_SIZE_V2) -- */
+  fa_tensor block_table;                  /* int32 [batch, max_pages]: paged k, v (varlen forward only) */
 } fa_args;
 
 /* The KV-cache call (flashattn::KVCacheArgs, flash-attn's flash_attn_with_kvcache): q against a
@@ -77,6 +79,7 @@ typedef struct fa_kvcache_args {
 
 /* The smallest struct_size each struct accepts: its first layout. */
 #define FA_ARGS_SIZE_V1 offsetof(fa_args, path)
+#define FA_ARGS_SIZE_V2 offsetof(fa_args, block_table)
 #define FA_OPTIONS_SIZE_V1 sizeof(fa_options)
 #define FA_KVCACHE_ARGS_SIZE_V1 sizeof(fa_kvcache_args)
 

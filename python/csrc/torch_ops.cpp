@@ -142,14 +142,26 @@ void check_device(const char* name, const Tensor& t, const Tensor& q) {
           std::string(name) + ": on " + t.device().str() + ", expected " + q.device().str() + " (as q)");
 }
 
+// Paged k, v (block_table given) are page pools of rank 4.
+void refuse_page_pool_rank(const char* name, const Tensor& t) {
+  raise(StatusCode::invalid_argument, std::string(name) + ": rank " + std::to_string(t.dim()) +
+                                          ", expected 4: [num_pages, page_size, heads, headdim] (paged, block_table given)");
+}
+
 // Returns whether the call is varlen.
 bool check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cu_seqlens_q,
-                  const OptTensor& cu_seqlens_k) {
+                  const OptTensor& cu_seqlens_k, const OptTensor& block_table = std::nullopt) {
   const bool varlen = cu_seqlens_q.has_value() || cu_seqlens_k.has_value();
   const int64_t rank = varlen ? 3 : 4;
   if (q.dim() != rank) refuse_rank("q", q, rank, varlen);
-  if (k.dim() != rank) refuse_rank("k", k, rank, varlen);
-  if (v.dim() != rank) refuse_rank("v", v, rank, varlen);
+  if (block_table) {  // the library names a paged call without varlen offsets
+    if (k.dim() != 4) refuse_page_pool_rank("k", k);
+    if (v.dim() != 4) refuse_page_pool_rank("v", v);
+    check_device("block_table", *block_table, q);
+  } else {
+    if (k.dim() != rank) refuse_rank("k", k, rank, varlen);
+    if (v.dim() != rank) refuse_rank("v", v, rank, varlen);
+  }
   if (!q.is_cuda() && !q.is_cpu())
     raise(StatusCode::invalid_argument, "q: device " + q.device().str() + " is not supported (cpu or cuda)");
   check_device("k", k, q);
@@ -262,16 +274,18 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q_in, const Tensor& k_in, const Ten
                                const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k, int64_t max_seqlen_q,
                                int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
                                int64_t window_right, double softcap, bool /*deterministic: the backward's*/,
-                               c10::string_view path) {
-  const bool varlen = check_inputs(q_in, k_in, v_in, cu_seqlens_q, cu_seqlens_k);
+                               c10::string_view path, const OptTensor& block_table_in) {
+  const bool varlen = check_inputs(q_in, k_in, v_in, cu_seqlens_q, cu_seqlens_k, block_table_in);
   const c10::OptionalDeviceGuard guard(cuda_device_of(q_in));
   const Tensor q = usable(q_in), k = usable(k_in), v = usable(v_in);
   const Call c = make_call(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                            window_left, window_right, softcap, path);
+  const OptTensor block_table = offsets(block_table_in);  // read as a plain int32 array
   Tensor out = varlen ? rows(out_shape(q, v), q, c.cu_seqlens_q) : empty(out_shape(q, v), q, q.scalar_type());
   Tensor lse = empty(lse_shape(q, varlen), q, at::kFloat);
   ForwardArgs a;
   fill(&a, q, k, v, c);
+  a.block_table = view_of("block_table", block_table);
   a.out = view_of("out", out);
   a.lse = view_of("lse", lse);
   run(a, q, [](const ForwardArgs& x) { return flashattn::forward(x); });
@@ -396,7 +410,7 @@ std::tuple<Tensor, Tensor> kvcache(const Tensor& q_in, const Tensor& k_cache, co
 
 using FwdSignature = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const OptTensor&,
                                                  const OptTensor&, c10::SymInt, c10::SymInt, double, bool, int64_t,
-                                                 int64_t, double, bool, c10::string_view);
+                                                 int64_t, double, bool, c10::string_view, const OptTensor&);
 using BwdSignature = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                                          const Tensor&, const Tensor&, const OptTensor&,
                                                          const OptTensor&, c10::SymInt, c10::SymInt, double, bool,
@@ -423,7 +437,7 @@ class Attention : public torch::autograd::Function<Attention> {
                                int64_t window_right, double softcap, bool deterministic, c10::string_view path) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, lse] = fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                                    causal, window_left, window_right, softcap, deterministic, path);
+                                    causal, window_left, window_right, softcap, deterministic, path, std::nullopt);
     ctx->save_for_backward({q, k, v, out, lse, cu_seqlens_q.value_or(Tensor()), cu_seqlens_k.value_or(Tensor())});
     ctx->saved_data["max_seqlen_q"] = std::move(max_seqlen_q);
     ctx->saved_data["max_seqlen_k"] = std::move(max_seqlen_k);
@@ -466,13 +480,18 @@ std::tuple<Tensor, Tensor> fwd_autograd(const Tensor& q, const Tensor& k, const 
                                         const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k,
                                         c10::SymInt max_seqlen_q, c10::SymInt max_seqlen_k, double softmax_scale,
                                         bool causal, int64_t window_left, int64_t window_right, double softcap,
-                                        bool deterministic, c10::string_view path) {
+                                        bool deterministic, c10::string_view path, const OptTensor& block_table) {
   const bool needs_grad =
       at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
   if (!needs_grad) {  // inference: no graph node, no saved tensors
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, std::move(max_seqlen_q), std::move(max_seqlen_k),
-                         softmax_scale, causal, window_left, window_right, softcap, deterministic, path);
+                         softmax_scale, causal, window_left, window_right, softcap, deterministic, path, block_table);
+  }
+  if (block_table) {  // refused before the forward runs, not when backward() finds no gradient
+    raise(StatusCode::not_supported,
+          "block_table: the paged forward has no backward (neither has flash-attn's); q, k, v must not require "
+          "grad, or run under torch.no_grad()");
   }
   const variable_list r =
       Attention::apply(q, k, v, cu_seqlens_q, cu_seqlens_k, std::move(max_seqlen_q), std::move(max_seqlen_k),
@@ -489,12 +508,12 @@ int last_error_code() { return g_last_error_code; }
 }  // namespace flashattn::torch_ops
 
 // Schemas: `int` windows, `SymInt` maxima (torch.compile may trace them symbolically), `float` is a
-// double. fwd and bwd neither mutate nor alias their inputs; kvcache writes its caches.
+// double; fwd's block_table (paged k, v) comes last, so callers without it pass nothing. fwd and bwd neither mutate nor alias their inputs; kvcache writes its caches.
 TORCH_LIBRARY(flashattn, m) {
   m.def(
       "fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, SymInt max_seqlen_q, "
       "SymInt max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
-      "bool deterministic, str path=\"auto\") -> (Tensor, Tensor)");
+      "bool deterministic, str path=\"auto\", Tensor? block_table=None) -> (Tensor, Tensor)");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? cu_seqlens_q, "
       "Tensor? cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, bool causal, "

@@ -33,10 +33,11 @@ def test_unsupported_arguments_are_refused_by_name(fn, kwargs, names):
             flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 8, 8, **kwargs)
 
 
-def test_block_table_is_refused():
+def test_block_table_needs_page_pools():
+    """block_table (paged prefill, tests/test_paged_prefill.py) takes k, v as page pools of rank 4."""
     q, k, v = qkv()
     cu = torch.tensor([0, 8], dtype=torch.int32)
-    with pytest.raises(NotImplementedError, match="block_table"):
+    with pytest.raises(InvalidArgumentError, match=r"k: rank 3 .*\[num_pages, page_size, heads, headdim\]"):
         flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 8, 8, block_table=torch.zeros(1, 1, dtype=torch.int32))
 
 

@@ -72,6 +72,7 @@ Status common_args(const fa_args* user, fa_args* a, AttentionArgs* c) {
   c->cu_seqlens_k = view_of(a->cu_seqlens_k);
   c->max_seqlen_q = a->max_seqlen_q;
   c->max_seqlen_k = a->max_seqlen_k;
+  c->block_table = view_of(a->block_table);
   FLASHATTN_TRY(options_of(a->options, &c->options));
   c->path = a->path != nullptr ? a->path : "auto";
   c->stream = a->stream;

@@ -129,10 +129,9 @@ void strides_of(const TensorView& t, bool varlen, int64_t* batch, int64_t* row, 
   *head = t.stride[o + 1];
 }
 
-// Reads a host-side cu_seqlens array and checks it: starts ≥ 0, non-decreasing, ends within the
-// packed tensor, no sequence longer than the stated maximum.
-Status check_cu_seqlens(const char* name, const TensorView& cu, int64_t total, int64_t max_seqlen,
-                        const char* max_name) {
+// Reads a host-side cu_seqlens array and checks it: starts ≥ 0, non-decreasing, no sequence longer
+// than the stated maximum.
+Status check_cu_seqlens(const char* name, const TensorView& cu, int64_t max_seqlen, const char* max_name) {
   const int32_t* c = static_cast<const int32_t*>(cu.data);
   int64_t n = cu.shape[0];
   Message m;
@@ -152,10 +151,94 @@ Status check_cu_seqlens(const char* name, const TensorView& cu, int64_t total, i
       return Status::invalid(m.str());
     }
   }
+  return Status::success();
+}
+
+// A host-side cu_seqlens array of a packed tensor: its last offset lies within the `total` rows.
+Status check_cu_seqlens_end(const char* name, const TensorView& cu, int64_t total) {
+  const int32_t* c = static_cast<const int32_t*>(cu.data);
+  const int64_t n = cu.shape[0];
+  Message m;
   if (c[(n - 1) * cu.stride[0]] > total) {
     m << name << "[" << n - 1 << "] = " << c[(n - 1) * cu.stride[0]] << " exceeds the " << total
       << " packed rows of the tensor";
     return Status::invalid(m.str());
+  }
+  return Status::success();
+}
+
+// A paged K/V, the KV-cache call's and the paged forward's alike: k and v page pools [num_pages,
+// page_size, heads_kv, d] (d: p->hdim_qk for k) and an int32 block_table [batch, max_pages]. Sets
+// heads_kv, hdim_v, k, v and their strides (batch stride = page stride) and the paged geometry
+// (params.hpp); *capacity = max_pages · page_size, the most keys a sequence can hold.
+Status paged_kv_params(const char* k_name, const TensorView& k, const char* v_name, const TensorView& v,
+                       const TensorView& block_table, FwdParams* p, int64_t* capacity) {
+  FLASHATTN_TRY(check_view(k_name, k, 4, p->dtype, p->device));
+  FLASHATTN_TRY(check_view(v_name, v, 4, p->dtype, p->device));
+  p->heads_kv = k.shape[2];
+  p->hdim_v = v.shape[3];
+  const std::string v_desc = std::string("[num_pages, page_size, heads_kv of ") + k_name + ", hdim_v]";
+  FLASHATTN_TRY(check_shape(k_name, k, {k.shape[0], k.shape[1], p->heads_kv, p->hdim_qk},
+                            "[num_pages, page_size, heads_kv, hdim_qk of q]"));
+  FLASHATTN_TRY(check_shape(v_name, v, {k.shape[0], k.shape[1], p->heads_kv, p->hdim_v}, v_desc.c_str()));
+  strides_of(k, false, &p->k_batch_stride, &p->k_row_stride, &p->k_head_stride);
+  strides_of(v, false, &p->v_batch_stride, &p->v_row_stride, &p->v_head_stride);
+  p->k = k.data;
+  p->v = v.data;
+
+  FLASHATTN_TRY(check_view("block_table", block_table, 2, DType::i32, p->device));
+  if (block_table.shape[0] != p->batch) {
+    Message m;
+    m << "block_table: shape " << shape_str(block_table) << ", expected [batch = " << p->batch
+      << ", max_pages_per_sequence]";
+    return Status::invalid(m.str());
+  }
+  p->num_pages = k.shape[0];
+  p->page_size = k.shape[1];
+  p->max_pages = block_table.shape[1];
+  p->block_table = static_cast<const int32_t*>(block_table.data);
+  p->block_table_batch_stride = block_table.stride[0];
+  if (p->page_size < 1) {
+    return Status::invalid(std::string(k_name) + ": page_size = " + std::to_string(p->page_size) +
+                           " (dimension 1 of a paged " + k_name + " " + shape_str(k) + ") must be >= 1");
+  }
+  if (__builtin_mul_overflow(p->max_pages, p->page_size, capacity)) {
+    Message m;
+    m << "block_table: " << p->max_pages << " pages of page_size " << p->page_size << " hold more than 2^63 keys";
+    return Status::invalid(m.str());
+  }
+  return Status::success();
+}
+
+// The pages sequence b reads with len_k keys (its first ⌈len_k / page_size⌉ block_table entries;
+// the rest may hold anything) lie in the pool. Host block tables only: CUDA kernels clamp instead.
+Status check_pages_of_sequence(const FwdParams& p, int64_t b, int64_t len_k) {
+  const int64_t used = (len_k + p.page_size - 1) / p.page_size;
+  for (int64_t j = 0; j < used; ++j) {
+    const int64_t page = p.block_table[b * p.block_table_batch_stride + j];
+    if (page < 0 || page >= p.num_pages) {
+      Message m;
+      m << "block_table[" << b << "][" << j << "] = " << page << " is outside the pages [0, " << p.num_pages
+        << ") (sequence " << b << " uses its first " << used << " entries)";
+      return Status::invalid(m.str());
+    }
+  }
+  return Status::success();
+}
+
+// The paged forward's host values: every sequence's cu_seqlens_k length fits its block_table row,
+// and the pages it reads lie in the pool.
+Status check_paged_keys(const FwdParams& p) {
+  const int64_t capacity = p.max_pages * p.page_size;  // no overflow: paged_kv_params checked it
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t len_k = int64_t{p.cu_seqlens_k[b + 1]} - p.cu_seqlens_k[b];
+    if (len_k > capacity) {
+      Message m;
+      m << "cu_seqlens_k: sequence " << b << " has length " << len_k << " > max_pages * page_size = " << capacity
+        << " (block_table holds " << p.max_pages << " pages of " << p.page_size << " keys per sequence)";
+      return Status::invalid(m.str());
+    }
+    FLASHATTN_TRY(check_pages_of_sequence(p, b, len_k));
   }
   return Status::success();
 }
@@ -188,14 +271,19 @@ Status normalized_options(const AttentionOptions& o, FwdParams* p) {
   return Status::success();
 }
 
-// Everything forward and backward share: q, k, v, varlen offsets, options.
+// Everything forward and backward share: q, k, v (packed, padded or paged), varlen offsets, options.
 Status common_params(const AttentionArgs& a, FwdParams* p) {
   const bool varlen = !a.cu_seqlens_q.empty() || !a.cu_seqlens_k.empty();
+  const bool paged = !a.block_table.empty();
   const int rank = varlen ? 3 : 4;
   const DType dt = a.q.dtype;
   const Device dev = a.q.device;
   if (dt != DType::f32 && dt != DType::f16 && dt != DType::bf16) {
     return Status::invalid(std::string("q: dtype ") + to_string(dt) + " is not one of f32, f16, bf16");
+  }
+  if (paged && !varlen) {
+    return Status::invalid("block_table: given without cu_seqlens_q, cu_seqlens_k; paged K/V needs a varlen batch "
+                           "(cu_seqlens_k gives each sequence's length, its keys live in the pages)");
   }
   if (a.q.rank != rank) {
     Message m;
@@ -204,16 +292,18 @@ Status common_params(const AttentionArgs& a, FwdParams* p) {
     return Status::invalid(m.str());
   }
   FLASHATTN_TRY(check_view("q", a.q, rank, dt, dev));
-  FLASHATTN_TRY(check_view("k", a.k, rank, dt, dev));
-  FLASHATTN_TRY(check_view("v", a.v, rank, dt, dev));
 
   const int o = varlen ? 0 : 1;  // index of the rows dimension
   p->dtype = dt;
   p->device = dev;
   p->heads_q = a.q.shape[o + 1];
-  p->heads_kv = a.k.shape[o + 1];
   p->hdim_qk = a.q.shape[o + 2];
-  p->hdim_v = a.v.shape[o + 2];
+  if (!paged) {
+    FLASHATTN_TRY(check_view("k", a.k, rank, dt, dev));
+    FLASHATTN_TRY(check_view("v", a.v, rank, dt, dev));
+    p->heads_kv = a.k.shape[o + 1];
+    p->hdim_v = a.v.shape[o + 2];
+  }
 
   if (varlen) {
     if (a.cu_seqlens_q.empty() || a.cu_seqlens_k.empty()) {
@@ -235,15 +325,25 @@ Status common_params(const AttentionArgs& a, FwdParams* p) {
     p->seqlen_q = a.max_seqlen_q;
     p->seqlen_k = a.max_seqlen_k;
     p->total_q = a.q.shape[0];
-    p->total_k = a.k.shape[0];
-    FLASHATTN_TRY(check_shape("k", a.k, {p->total_k, p->heads_kv, p->hdim_qk}, "[total_k, heads_kv, hdim_qk of q]"));
-    FLASHATTN_TRY(check_shape("v", a.v, {p->total_k, p->heads_kv, p->hdim_v}, "[total_k of k, heads_kv of k, hdim_v]"));
-    if (dev == Device::cpu) {  // host offsets can be checked; device ones are the caller's contract
-      FLASHATTN_TRY(check_cu_seqlens("cu_seqlens_q", a.cu_seqlens_q, p->total_q, a.max_seqlen_q, "max_seqlen_q"));
-      FLASHATTN_TRY(check_cu_seqlens("cu_seqlens_k", a.cu_seqlens_k, p->total_k, a.max_seqlen_k, "max_seqlen_k"));
+    if (paged) {
+      int64_t capacity = 0;
+      FLASHATTN_TRY(paged_kv_params("k", a.k, "v", a.v, a.block_table, p, &capacity));
+      if (__builtin_mul_overflow(p->num_pages, p->page_size, &p->total_k)) {
+        return Status::invalid("k: shape " + shape_str(a.k) + " holds more than 2^63 rows");
+      }
+    } else {
+      p->total_k = a.k.shape[0];
+      FLASHATTN_TRY(check_shape("k", a.k, {p->total_k, p->heads_kv, p->hdim_qk}, "[total_k, heads_kv, hdim_qk of q]"));
+      FLASHATTN_TRY(check_shape("v", a.v, {p->total_k, p->heads_kv, p->hdim_v}, "[total_k of k, heads_kv of k, hdim_v]"));
     }
     p->cu_seqlens_q = static_cast<const int32_t*>(a.cu_seqlens_q.data);
     p->cu_seqlens_k = static_cast<const int32_t*>(a.cu_seqlens_k.data);
+    if (dev == Device::cpu) {  // host offsets can be checked; device ones are the caller's contract
+      FLASHATTN_TRY(check_cu_seqlens("cu_seqlens_q", a.cu_seqlens_q, a.max_seqlen_q, "max_seqlen_q"));
+      FLASHATTN_TRY(check_cu_seqlens_end("cu_seqlens_q", a.cu_seqlens_q, p->total_q));
+      FLASHATTN_TRY(check_cu_seqlens("cu_seqlens_k", a.cu_seqlens_k, a.max_seqlen_k, "max_seqlen_k"));
+      FLASHATTN_TRY(paged ? check_paged_keys(*p) : check_cu_seqlens_end("cu_seqlens_k", a.cu_seqlens_k, p->total_k));
+    }
   } else {
     p->batch = a.q.shape[0];
     p->seqlen_q = a.q.shape[1];
@@ -275,11 +375,13 @@ Status common_params(const AttentionArgs& a, FwdParams* p) {
   }
 
   strides_of(a.q, varlen, &p->q_batch_stride, &p->q_row_stride, &p->q_head_stride);
-  strides_of(a.k, varlen, &p->k_batch_stride, &p->k_row_stride, &p->k_head_stride);
-  strides_of(a.v, varlen, &p->v_batch_stride, &p->v_row_stride, &p->v_head_stride);
   p->q = a.q.data;
-  p->k = a.k.data;
-  p->v = a.v.data;
+  if (!paged) {  // paged_kv_params set the pools' strides
+    strides_of(a.k, varlen, &p->k_batch_stride, &p->k_row_stride, &p->k_head_stride);
+    strides_of(a.v, varlen, &p->v_batch_stride, &p->v_row_stride, &p->v_head_stride);
+    p->k = a.k.data;
+    p->v = a.v.data;
+  }
 
   FLASHATTN_TRY(normalized_options(a.options, p));
   p->stream = a.stream;
@@ -333,6 +435,10 @@ Status to_params(const ForwardArgs& a, FwdParams* p) {
 
 Status to_params(const BackwardArgs& a, BwdParams* p) {
   *p = BwdParams{};
+  if (!a.block_table.empty()) {
+    return Status::unsupported("block_table: the backward does not take paged K/V (only the forward does, as "
+                               "flash-attn's); pass the keys packed (varlen) to differentiate");
+  }
   FLASHATTN_TRY(common_params(a, p));
   const char* out_desc = "[batch, seqlen_q, heads_q, hdim_v]";
   if (a.out.empty()) return Status::invalid("out: missing (the forward's output is required)");
@@ -375,57 +481,38 @@ namespace {
 // page_size, heads_kv, d] (block_table given). Sets heads, head dims, the cache's strides, its
 // capacity per sequence (p->seqlen_k) and the paged geometry.
 Status kvcache_cache_params(const KVCacheArgs& a, KVCacheParams* p) {
-  const bool paged = !a.block_table.empty();
+  if (!a.block_table.empty()) {
+    FLASHATTN_TRY(paged_kv_params("k_cache", a.k_cache, "v_cache", a.v_cache, a.block_table, p, &p->seqlen_k));
+    p->k_cache = a.k_cache.data;
+    p->v_cache = a.v_cache.data;
+    if (!a.cache_batch_idx.empty()) {
+      return Status::invalid("cache_batch_idx: given with block_table; a paged cache is addressed by block_table alone");
+    }
+    if (a.cache_seqlens.empty()) {
+      return Status::invalid("cache_seqlens: missing; a paged cache (block_table given) needs the cached length of each sequence");
+    }
+    return Status::success();
+  }
   FLASHATTN_TRY(check_view("k_cache", a.k_cache, 4, p->dtype, p->device));
   FLASHATTN_TRY(check_view("v_cache", a.v_cache, 4, p->dtype, p->device));
-  const char* k_desc = paged ? "[num_pages, page_size, heads_kv, hdim_qk of q]" : "[batch_cache, seqlen_cache, heads_kv, hdim_qk of q]";
-  const char* v_desc = paged ? "[num_pages, page_size, heads_kv of k_cache, hdim_v]" : "[batch_cache, seqlen_cache, heads_kv of k_cache, hdim_v]";
   p->heads_kv = a.k_cache.shape[2];
   p->hdim_v = a.v_cache.shape[3];
-  FLASHATTN_TRY(check_shape("k_cache", a.k_cache, {a.k_cache.shape[0], a.k_cache.shape[1], p->heads_kv, p->hdim_qk}, k_desc));
-  FLASHATTN_TRY(check_shape("v_cache", a.v_cache, {a.k_cache.shape[0], a.k_cache.shape[1], p->heads_kv, p->hdim_v}, v_desc));
+  FLASHATTN_TRY(check_shape("k_cache", a.k_cache, {a.k_cache.shape[0], a.k_cache.shape[1], p->heads_kv, p->hdim_qk},
+                            "[batch_cache, seqlen_cache, heads_kv, hdim_qk of q]"));
+  FLASHATTN_TRY(check_shape("v_cache", a.v_cache, {a.k_cache.shape[0], a.k_cache.shape[1], p->heads_kv, p->hdim_v},
+                            "[batch_cache, seqlen_cache, heads_kv of k_cache, hdim_v]"));
   strides_of(a.k_cache, false, &p->k_batch_stride, &p->k_row_stride, &p->k_head_stride);
   strides_of(a.v_cache, false, &p->v_batch_stride, &p->v_row_stride, &p->v_head_stride);
   p->k = p->k_cache = a.k_cache.data;
   p->v = p->v_cache = a.v_cache.data;
-  if (!paged) {
-    if (a.cache_batch_idx.empty() && a.k_cache.shape[0] < p->batch) {
-      Message m;
-      m << "k_cache: batch_cache = " << a.k_cache.shape[0] << " (shape " << shape_str(a.k_cache)
-        << ") is below batch = " << p->batch << " of q (without cache_batch_idx, sequence b uses cache row b)";
-      return Status::invalid(m.str());
-    }
-    p->batch_cache = a.k_cache.shape[0];
-    p->seqlen_k = a.k_cache.shape[1];
-    return Status::success();
-  }
-  FLASHATTN_TRY(check_view("block_table", a.block_table, 2, DType::i32, p->device));
-  if (a.block_table.shape[0] != p->batch) {
+  if (a.cache_batch_idx.empty() && a.k_cache.shape[0] < p->batch) {
     Message m;
-    m << "block_table: shape " << shape_str(a.block_table) << ", expected [batch = " << p->batch
-      << ", max_pages_per_sequence]";
+    m << "k_cache: batch_cache = " << a.k_cache.shape[0] << " (shape " << shape_str(a.k_cache)
+      << ") is below batch = " << p->batch << " of q (without cache_batch_idx, sequence b uses cache row b)";
     return Status::invalid(m.str());
   }
-  if (!a.cache_batch_idx.empty()) {
-    return Status::invalid("cache_batch_idx: given with block_table; a paged cache is addressed by block_table alone");
-  }
-  if (a.cache_seqlens.empty()) {
-    return Status::invalid("cache_seqlens: missing; a paged cache (block_table given) needs the cached length of each sequence");
-  }
-  p->num_pages = a.k_cache.shape[0];
-  p->page_size = a.k_cache.shape[1];
-  p->max_pages = a.block_table.shape[1];
-  p->block_table = static_cast<const int32_t*>(a.block_table.data);
-  p->block_table_batch_stride = a.block_table.stride[0];
-  if (p->page_size < 1) {
-    return Status::invalid("k_cache: page_size = " + std::to_string(p->page_size) + " (dimension 1 of a paged cache " +
-                           shape_str(a.k_cache) + ") must be >= 1");
-  }
-  if (__builtin_mul_overflow(p->max_pages, p->page_size, &p->seqlen_k)) {
-    Message m;
-    m << "block_table: " << p->max_pages << " pages of page_size " << p->page_size << " hold more than 2^63 keys";
-    return Status::invalid(m.str());
-  }
+  p->batch_cache = a.k_cache.shape[0];
+  p->seqlen_k = a.k_cache.shape[1];
   return Status::success();
 }
 
@@ -517,9 +604,8 @@ Status kvcache_index_params(const KVCacheArgs& a, KVCacheParams* p) {
 
 // The values inside the index arrays, readable only for host tensors (CUDA kernels clamp instead,
 // see params.hpp): lengths ≥ 0 and within the capacity with the appended keys, cache rows within
-// the cache, and every page a sequence uses (its first ⌈seqlen_k(b) / page_size⌉ block_table
-// entries; the rest may hold anything) within the cache's pages. The rotary tables must hold every
-// position the call rotates.
+// the cache, and every page a sequence uses within the cache's pages (check_pages_of_sequence).
+// The rotary tables must hold every position the call rotates.
 Status check_kvcache_host_values(const KVCacheParams& p) {
   for (int64_t b = 0; b < p.batch; ++b) {
     Message m;
@@ -539,14 +625,7 @@ Status check_kvcache_host_values(const KVCacheParams& p) {
         << p.batch_cache << ")";
       return Status::invalid(m.str());
     }
-    for (int64_t j = 0; p.is_paged() && j < (len_k + p.page_size - 1) / p.page_size; ++j) {
-      const int64_t page = p.block_table[b * p.block_table_batch_stride + j];
-      if (page < 0 || page >= p.num_pages) {
-        m << "block_table[" << b << "][" << j << "] = " << page << " is outside the cache's pages [0, " << p.num_pages
-          << ") (sequence " << b << " uses its first " << (len_k + p.page_size - 1) / p.page_size << " entries)";
-        return Status::invalid(m.str());
-      }
-    }
+    if (p.is_paged()) FLASHATTN_TRY(check_pages_of_sequence(p, b, len_k));
     const int64_t q_positions = p.seqlen_q == 0 ? 0 : (p.rotary_per_query() ? p.seqlen_q : 1);
     const int64_t rotated = std::max(p.seqlen_new, q_positions);  // positions from cached on
     if (p.rotary_cos && rotated > 0 && cached + rotated > p.seqlen_rotary) {

@@ -5,7 +5,8 @@
 // Indexing (uniform for padded and varlen batches): element (b, row, h, d) of q is at
 //   q + b * q_batch_stride + (row_offset_q(b) + row) * q_row_stride + h * q_head_stride + d
 // where row_offset_q(b) = cu_seqlens_q[b] for varlen (and q_batch_stride = 0), else 0. The same
-// holds for k, v (row_offset_k), out, dout, dq (row_offset_q), dk, dv (row_offset_k).
+// holds for k, v (row_offset_k), out, dout, dq (row_offset_q), dk, dv (row_offset_k) -- except
+// for paged k, v (block_table set, see FwdParams), which are addressed through their pages.
 // lse / D (fp32): lse + b * lse_batch_stride + h * lse_head_stride + row_offset_q(b) + row.
 #pragma once
 
@@ -55,7 +56,21 @@ struct FwdParams {
   // Varlen: both set (int32 [batch + 1], on `device`), or both null.
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
-  int64_t total_q = 0, total_k = 0;  // rows of the packed tensors (varlen), else batch * seqlen
+  int64_t total_q = 0, total_k = 0;  // rows of the packed tensors (varlen), else batch * seqlen;
+                                     // the paged forward's k, v: num_pages * page_size
+
+  // Paged K/V (flash-attn's block_table), one definition for the KV-cache call's paged cache and the
+  // varlen forward's paged keys (paged prefill): k and v are [num_pages, page_size, heads_kv, d] and
+  // key t of sequence b, head h, dim d lives at
+  //   k + page * k_batch_stride + (t % page_size) * k_row_stride + h * k_head_stride + d,
+  //   page = block_table[b * block_table_batch_stride + t / page_size]
+  // (the same for v): k_batch_stride is the page stride and the keys are not packed (the forward's
+  // cu_seqlens_k gives only each sequence's length). Host page indices are checked by validation.
+  const int32_t* block_table = nullptr;  // paged when non-null: int32 [batch, max_pages]
+  int64_t block_table_batch_stride = 0;
+  int64_t page_size = 0;  // ≥ 1
+  int64_t max_pages = 0;  // block_table's second dimension: a sequence holds ≤ max_pages * page_size keys
+  int64_t num_pages = 0;  // k's first dimension (page indices are < num_pages)
 
   AttentionOptions options;  // normalized (see softmax_scale() and mask_of() above)
 
@@ -64,6 +79,7 @@ struct FwdParams {
   std::size_t workspace_bytes = 0;
 
   bool is_varlen() const { return cu_seqlens_q != nullptr; }
+  bool is_paged() const { return block_table != nullptr; }
   int64_t group_size() const { return heads_q / heads_kv; }  // query heads per kv head
 };
 
@@ -88,19 +104,12 @@ struct BwdParams : FwdParams {
 // Key t of sequence b, head h, dim d lives at
 //   contiguous: k + cache_row(b) * k_batch_stride + t * k_row_stride + h * k_head_stride + d,
 //               cache_row(b) = cache_batch_idx ? cache_batch_idx[b] : b;
-//   paged:      k + page * k_batch_stride + (t % page_size) * k_row_stride + h * k_head_stride + d,
-//               page = block_table[b * block_table_batch_stride + t / page_size]
-// (the same for v), where k_batch_stride is then the page stride.
+//   paged:      FwdParams' paged addressing (block_table, page_size, ...).
 struct KVCacheParams : FwdParams {
   void* k_cache = nullptr;  // == k, writable
   void* v_cache = nullptr;  // == v, writable
   const int32_t* cache_seqlens = nullptr;    // [batch], or null: every sequence has seqlen_k cached keys
   const int32_t* cache_batch_idx = nullptr;  // [batch], contiguous only, or null
-  const int32_t* block_table = nullptr;      // paged when non-null
-  int64_t block_table_batch_stride = 0;
-  int64_t page_size = 0;       // paged only
-  int64_t max_pages = 0;       // paged only: block_table's second dimension
-  int64_t num_pages = 0;       // paged only: k_cache's first dimension (page indices are < num_pages)
   int64_t batch_cache = 0;     // contiguous only: k_cache's first dimension
 
   // Appended keys and values (null when none): [batch, seqlen_new, heads_kv, hdim].
@@ -120,7 +129,6 @@ struct KVCacheParams : FwdParams {
 
   int num_splits = 0;  // 0: the family chooses
 
-  bool is_paged() const { return block_table != nullptr; }
   // Where q is rotated: query i at cache_seqlens[b] + i when the (normalized) mask is causal or a
   // window, else every query at cache_seqlens[b] (flash-attn's rule).
   bool rotary_per_query() const { return mask_of(options).has_mask(); }

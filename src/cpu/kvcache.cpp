@@ -38,8 +38,7 @@ struct ContiguousCache {
 struct PagedCache {
   using Rows = PagedRows;
   static Rows rows(const KVCacheParams& p, const CacheSide& c, int64_t b, int64_t h) {
-    return {c.data, p.dtype, p.block_table + b * p.block_table_batch_stride, p.page_size, c.batch_stride, c.row_stride,
-            h * c.head_stride};
+    return paged_rows(p, c.data, c.batch_stride, c.row_stride, c.head_stride, b, h);
   }
 };
 

@@ -423,6 +423,9 @@ void key_range(const Sequence& seq, int64_t i, const MaskParams& mask, int64_t* 
 Status forward(const FwdParams& p, Precision precision, ForwardResult* r, const std::vector<int64_t>* q_rows) {
   Status st = check_host(p);
   if (!st.ok()) return st;
+  if (p.is_paged()) {  // an oracle apart from the backends: it reads packed keys only
+    return Status::invalid("reference: paged k, v (block_table); run it on the keys gathered into packed rows");
+  }
   r->layout = layout_of(p);
   const Layout& L = r->layout;
   r->q_rows = rows_to_compute(q_rows, L.total_q, true, L);

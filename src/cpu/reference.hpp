@@ -86,7 +86,8 @@ struct BackwardResult {
 };
 
 // The forward on all query rows, or on the packed rows listed in `q_rows` (any order, duplicates
-// and rows in no sequence are dropped). Fails (invalid_argument) on non-host params.
+// and rows in no sequence are dropped). Fails (invalid_argument) on non-host params, and on paged
+// k, v (block_table): the oracle of a paged forward is this one on the keys gathered into packed rows.
 Status forward(const FwdParams& params, Precision precision, ForwardResult* result,
                const std::vector<int64_t>* q_rows = nullptr);
 

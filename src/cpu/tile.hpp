@@ -103,6 +103,14 @@ struct PagedRows {
   bool uniform(int64_t t0, int64_t n) const { return n <= 1 || t0 / page_size == (t0 + n - 1) / page_size; }
 };
 
+// Sequence b's keys (or values) of kv head h in a paged k (or v) of p: `data` with its page, row
+// and head strides, the pages from p's block_table (the KV-cache call's and the paged forward's).
+inline PagedRows paged_rows(const FwdParams& p, const void* data, int64_t page_stride, int64_t row_stride,
+                            int64_t head_stride, int64_t b, int64_t h) {
+  return {data, p.dtype, p.block_table + b * p.block_table_batch_stride, p.page_size, page_stride, row_stride,
+          h * head_stride};
+}
+
 // dst[c] = src[at + c] as float, c < n. The dtype switch sits outside the loop.
 inline void load_row(float* __restrict dst, const void* src, DType dtype, int64_t at, int64_t n) {
   switch (dtype) {

@@ -159,8 +159,14 @@ void expect_forward_matches(const Problem& p) {
   }
   expect_gaps_intact("out", p.out);
   expect_untouched("q", p.q);
-  expect_untouched("k", p.k);
-  expect_untouched("v", p.v);
+  if (p.c.is_paged()) {
+    expect_untouched("k (paged)", p.k_pages);
+    expect_untouched("v (paged)", p.v_pages);
+    expect_untouched("block_table", p.block_table);
+  } else {
+    expect_untouched("k", p.k);
+    expect_untouched("v", p.v);
+  }
   if (p.c.is_varlen()) {
     expect_untouched("cu_seqlens_q", p.cu_q);
     expect_untouched("cu_seqlens_k", p.cu_k);

@@ -79,11 +79,58 @@ std::string Case::name() const {
   if (deterministic) n << "_det";
   if (!with_lse) n << "_nolse";
   if (sample_q || sample_k) n << "_sampled";
+  if (page_size) n << "_page" << page_size;
   if (input_stddev != 1.0) n << "_sd" << number(input_stddev);
   return n.str();
 }
 
 std::ostream& operator<<(std::ostream& os, const Case& c) { return os << c.name(); }
+
+namespace {
+
+// Copies the packed k, v of a varlen problem into shuffled page pools with a block_table (see
+// Problem). Two spare pages, and each sequence's last page partly unused: NaN rows the forward must
+// not read.
+void page_keys(Problem& p, Rng& rng) {
+  const Case& c = p.c;
+  const int64_t page = c.page_size;
+  std::vector<int64_t> pages_of(static_cast<size_t>(c.batch));
+  int64_t used = 0, max_pages = 1;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    pages_of[b] = (c.lens_k[b] + page - 1) / page;
+    used += pages_of[b];
+    max_pages = std::max(max_pages, pages_of[b] + 1);
+  }
+  const int64_t num_pages = used + 2;
+  std::vector<int32_t> pool(static_cast<size_t>(num_pages));
+  std::iota(pool.begin(), pool.end(), 0);
+  for (int64_t i = num_pages - 1; i > 0; --i) std::swap(pool[i], pool[rng.next() % static_cast<uint64_t>(i + 1)]);
+
+  p.k_pages = HostTensor(c.dtype, {num_pages, page, c.heads_kv, c.hdim_qk}, c.strides);
+  p.v_pages = HostTensor(c.dtype, {num_pages, page, c.heads_kv, c.hdim_v}, c.strides);
+  p.k_pages.poison();
+  p.v_pages.poison();
+  p.block_table = HostTensor(DType::i32, {c.batch, max_pages});
+  std::vector<int32_t> table(static_cast<size_t>(c.batch * max_pages), static_cast<int32_t>(num_pages + 7));
+  int64_t next = 0, row0 = 0;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int64_t j = 0; j < pages_of[b]; ++j) table[b * max_pages + j] = pool[next++];
+    for (int64_t t = 0; t < c.lens_k[b]; ++t) {
+      const int64_t pg = table[b * max_pages + t / page], r = t % page;
+      for (int64_t h = 0; h < c.heads_kv; ++h) {
+        for (int64_t d = 0; d < c.hdim_qk; ++d) p.k_pages.set({pg, r, h, d}, p.k.get({row0 + t, h, d}));
+        for (int64_t d = 0; d < c.hdim_v; ++d) p.v_pages.set({pg, r, h, d}, p.v.get({row0 + t, h, d}));
+      }
+    }
+    row0 += c.lens_k[b];
+  }
+  for (int64_t i = 0; i < c.batch * max_pages; ++i) {
+    const int64_t at = p.block_table.offset({i / max_pages, i % max_pages});
+    static_cast<int32_t*>(p.block_table.view().data)[at] = table[i];
+  }
+}
+
+}  // namespace
 
 Problem make_problem(const Case& c, Rng& rng) {
   Problem p;
@@ -127,6 +174,10 @@ Problem make_problem(const Case& c, Rng& rng) {
   p.v.fill_normal(rng, c.input_stddev);
   p.dout.fill_normal(rng, c.input_stddev);
   for (HostTensor* t : {&p.out, &p.lse, &p.dq, &p.dk, &p.dv}) t->poison();
+  if (c.is_paged()) {
+    if (!c.is_varlen()) throw std::invalid_argument("make_problem: a paged case must be varlen");
+    page_keys(p, rng);
+  }
   return p;
 }
 
@@ -152,11 +203,21 @@ void fill_attention(const Problem& p, DeviceMirror& m, AttentionArgs* a) {
 
 }  // namespace
 
-ForwardArgs Problem::forward_args(DeviceMirror& m) const {
+ForwardArgs Problem::packed_forward_args(DeviceMirror& m) const {
   ForwardArgs a;
   fill_attention(*this, m, &a);
   a.out = m.view(out);
   if (c.with_lse) a.lse = m.view(lse);
+  return a;
+}
+
+ForwardArgs Problem::forward_args(DeviceMirror& m) const {
+  ForwardArgs a = packed_forward_args(m);
+  if (c.is_paged()) {
+    a.k = m.view(k_pages);
+    a.v = m.view(v_pages);
+    a.block_table = m.view(block_table);
+  }
   return a;
 }
 
@@ -175,7 +236,7 @@ BackwardArgs Problem::backward_args(DeviceMirror& m) const {
 
 FwdParams Problem::host_forward_params() const {
   DeviceMirror host(Backend::host());
-  ForwardArgs a = forward_args(host);
+  ForwardArgs a = packed_forward_args(host);
   a.lse = host.view(lse);  // readable even when the call did not ask for it
   FwdParams params;
   Status s = to_params(a, &params);
@@ -240,6 +301,7 @@ std::vector<HostTensor*> varlen_offsets(Problem& p) {
 
 CallResult run_forward(Backend backend, Problem& p) {
   std::vector<HostTensor*> inputs{&p.q, &p.k, &p.v}, outputs{&p.out};
+  if (p.c.is_paged()) inputs = {&p.q, &p.k_pages, &p.v_pages, &p.block_table};  // what the call reads
   for (HostTensor* t : varlen_offsets(p)) inputs.push_back(t);
   if (p.c.with_lse) outputs.push_back(&p.lse);
   return call(backend, p, &Problem::forward_args, inputs, outputs);

@@ -28,6 +28,8 @@ struct Case {
   int64_t heads_q = 1, heads_kv = 1, hdim_qk = 64, hdim_v = 64;
   std::vector<int32_t> lens_q, lens_k;  // varlen when set: one entry per sequence
   int64_t extra_rows = 0;               // varlen: packed q and k rows after the last sequence
+  int64_t page_size = 0;                // varlen: 0 packed keys; else the forward reads them paged
+                                        // (block_table), pages shuffled over a pool, unused rows NaN
   DType dtype = DType::bf16;
   Strides strides = Strides::contiguous;
   bool causal = false;
@@ -52,10 +54,12 @@ struct Case {
   Case det() const { Case c = *this; c.deterministic = true; return c; }
   Case no_lse() const { Case c = *this; c.with_lse = false; return c; }
   Case extra(int64_t rows) const { Case c = *this; c.extra_rows = rows; return c; }
+  Case paged(int64_t page) const { Case c = *this; c.page_size = page; return c; }
   Case sample(int64_t q_rows, int64_t k_rows) const { Case c = *this; c.sample_q = q_rows; c.sample_k = k_rows; return c; }
   Case stddev(double s) const { Case c = *this; c.input_stddev = s; return c; }
 
   bool is_varlen() const { return !lens_q.empty(); }
+  bool is_paged() const { return page_size > 0; }
   int64_t total_q() const;
   int64_t total_k() const;
   std::string name() const;  // unique, GoogleTest-safe: b2_q113_k203_h4x2_d64_bf16_causal_padded
@@ -67,10 +71,17 @@ struct Problem {
   HostTensor q, k, v, dout;          // inputs, ~ N(0, stddev²)
   HostTensor cu_q, cu_k;             // varlen offsets
   HostTensor out, lse, dq, dk, dv;   // outputs, poisoned before each call
+  // A paged case: k and v copied into page pools [num_pages, page_size, heads_kv, d] (pages in a
+  // shuffled order, rows no sequence uses NaN) and the block_table [batch, max_pages] that maps them
+  // (entries past a sequence's pages hold out-of-range indices: they must never be read).
+  HostTensor k_pages, v_pages, block_table;
 
+  // The call as the case makes it (paged k, v when the case is paged).
   flashattn::ForwardArgs forward_args(DeviceMirror& m) const;
+  // The same call on the packed keys: what the reference reads (a paged case's gathered keys).
+  flashattn::ForwardArgs packed_forward_args(DeviceMirror& m) const;
   flashattn::BackwardArgs backward_args(DeviceMirror& m) const;
-  // Validated params over the host tensors, for the reference and for reading results.
+  // Validated params over the host tensors (packed keys), for the reference and for reading results.
   flashattn::FwdParams host_forward_params() const;
   flashattn::BwdParams host_backward_params() const;
 };

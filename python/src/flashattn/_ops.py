@@ -98,8 +98,9 @@ def _fast(q: Tensor, k: Tensor, v: Tensor) -> bool:
 
 def attention(q: Tensor, k: Tensor, v: Tensor, *args) -> Tuple[Tensor, Tensor]:
     """(out, lse) of torch.ops.flashattn.fwd(q, k, v, *args) (the schema's order: cu_seqlens_q,
-    cu_seqlens_k, max_seqlen_q, max_seqlen_k, the options, deterministic, path), differentiable in q,
-    k, v (the operator's autograd kernel), raising flashattn's errors. Eager calls on plain tensors
+    cu_seqlens_k, max_seqlen_q, max_seqlen_k, the options, deterministic, path, block_table),
+    differentiable in q, k, v (the operator's autograd kernel; not with a block_table), raising
+    flashattn's errors. Eager calls on plain tensors
     take the fast-call entry point: the operator's Python binding costs more host time than the rest
     of a tiny call together."""
     try:
@@ -133,19 +134,27 @@ def _out_shapes(q: Tensor, v: Tensor, varlen: bool):
     return out, lse
 
 
-def _check_ranks(q: Tensor, k: Tensor, v: Tensor, varlen: bool) -> None:
+def _check_ranks(q: Tensor, k: Tensor, v: Tensor, varlen: bool, paged: bool = False) -> None:
     rank = 3 if varlen else 4
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dim() != rank:
-            layout = "[total, heads, headdim] (varlen)" if varlen else "[batch, seqlen, heads, headdim]"
+    layout = "[total, heads, headdim] (varlen)" if varlen else "[batch, seqlen, heads, headdim]"
+    kv_rank, kv_layout = (4, "[num_pages, page_size, heads, headdim] (paged, block_table given)") if paged else (
+        rank, layout)
+    for name, t, want, want_layout in (("q", q, rank, layout), ("k", k, kv_rank, kv_layout),
+                                       ("v", v, kv_rank, kv_layout)):
+        if t.dim() != want:
             raise InvalidArgumentError(f"flashattn: {name}: rank {t.dim()} (shape {list(t.shape)}), expected "
-                                       f"{rank}: {layout}")
+                                       f"{want}: {want_layout}")
+
+
+_FWD_BLOCK_TABLE = 9  # block_table's place in fwd's arguments after cu_seqlens_k (the schema's order)
 
 
 @torch.library.register_fake("flashattn::fwd")
-def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, *options):
+def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, *options, block_table=None):
+    if len(options) > _FWD_BLOCK_TABLE:
+        block_table = options[_FWD_BLOCK_TABLE]
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    _check_ranks(q, k, v, varlen)
+    _check_ranks(q, k, v, varlen, paged=block_table is not None)
     out_shape, lse_shape = _out_shapes(q, v, varlen)
     return q.new_empty(out_shape), q.new_empty(lse_shape, dtype=torch.float32)
 

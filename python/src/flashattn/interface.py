@@ -4,8 +4,9 @@ Layout is flash-attn's: q (batch, seqlen_q, heads, headdim), k/v (batch, seqlen_
 varlen: (total_tokens, heads, headdim) with int32 cu_seqlens. Supported: fp16/bf16 on CUDA,
 fp32/fp16/bf16 on the CPU; causal (aligned bottom-right), sliding windows, softcap, GQA/MQA.
 flash_attn_with_kvcache: contiguous or paged caches, in-place append, rotary.
+flash_attn_varlen_func with block_table (paged prefill): the forward only, on the CPU family.
 Not supported yet, and refused with NotImplementedError rather than ignored: dropout_p > 0,
-alibi_slopes, cache_leftpad, block_table in the varlen forward (paged prefill).
+alibi_slopes, cache_leftpad, gradients through a block_table call.
 """
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ _INT64_MAX = 2**63 - 1
 # tests; anything else takes the slow path, which accepts what is equivalent (ints for floats,
 # numpy scalars) and refuses the rest by name.
 
-def _refuse_unsupported(dropout_p, alibi_slopes, block_table=None) -> None:
-    if dropout_p == 0.0 and alibi_slopes is None and block_table is None:
+def _refuse_unsupported(dropout_p, alibi_slopes) -> None:
+    if dropout_p == 0.0 and alibi_slopes is None:
         return  # what every call passes: decided in one comparison
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
         raise TypeError(f"flashattn: dropout_p must be a float, got {type(dropout_p).__name__}")
@@ -47,8 +48,6 @@ def _refuse_unsupported(dropout_p, alibi_slopes, block_table=None) -> None:
             f"flashattn: dropout_p = {dropout_p} is not supported yet (attention dropout); pass dropout_p=0.0")
     if alibi_slopes is not None:
         raise NotImplementedError("flashattn: alibi_slopes is not supported yet (ALiBi bias); pass alibi_slopes=None")
-    if block_table is not None:
-        raise NotImplementedError("flashattn: block_table is not supported yet (paged KV cache); pass block_table=None")
 
 
 def _real(name: str, x) -> float:
@@ -100,16 +99,22 @@ def _window(window_size, causal: bool) -> Tuple[int, int]:
     return left, 0 if causal else right
 
 
-def _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k) -> None:
-    """q, k, v are tensors of the layout's rank (checked before their shapes are read); cu_seqlens int32."""
+def _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table=None) -> None:
+    """q, k, v are tensors of the layout's rank (checked before their shapes are read; paged k, v:
+    rank 4); cu_seqlens and block_table int32."""
     if not (isinstance(q, Tensor) and isinstance(k, Tensor) and isinstance(v, Tensor)):
         for name, t in (("q", q), ("k", k), ("v", v)):
             if not isinstance(t, Tensor):
                 raise TypeError(f"flashattn: {name} must be a torch.Tensor, got {type(t).__name__}")
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    paged = block_table is not None
     rank = 3 if varlen else 4
-    if q.dim() != rank or k.dim() != rank or v.dim() != rank:
-        _ops._check_ranks(q, k, v, varlen)
+    kv_rank = 4 if paged else rank
+    if q.dim() != rank or k.dim() != kv_rank or v.dim() != kv_rank:
+        _ops._check_ranks(q, k, v, varlen, paged)
+    if paged and (not isinstance(block_table, Tensor) or block_table.dtype != torch.int32):
+        got = block_table.dtype if isinstance(block_table, Tensor) else type(block_table).__name__
+        raise InvalidArgumentError(f"flashattn: block_table: dtype {got}, expected torch.int32")
     if varlen:
         for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
             if not isinstance(t, Tensor) or t.dtype != torch.int32:
@@ -136,8 +141,8 @@ def _pad_head_dim(x: Tensor) -> Tensor:
 
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
                window_size, softcap, alibi_slopes, deterministic, return_attn_probs, path, block_table=None):
-    _refuse_unsupported(dropout_p, alibi_slopes, block_table)
-    _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    _refuse_unsupported(dropout_p, alibi_slopes)
+    _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table)
     hdim_qk, hdim_v = q.shape[-1], v.shape[-1]
     if softmax_scale is None:
         # A head dim of 0 gets a placeholder scale: the library refuses the call by hdim's value.
@@ -153,9 +158,10 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         raise TypeError(f"flashattn: path must be a str, got {type(path).__name__} {path!r}")
     if type(max_seqlen_q) is not int or type(max_seqlen_k) is not int:
         max_seqlen_q, max_seqlen_k = _integer("max_seqlen_q", max_seqlen_q), _integer("max_seqlen_k", max_seqlen_k)
+    extra = () if block_table is None else (block_table,)  # the schema's default otherwise
     out, lse = _ops.attention(_pad_head_dim(q), _pad_head_dim(k), _pad_head_dim(v), cu_seqlens_q, cu_seqlens_k,
                               max_seqlen_q, max_seqlen_k, scale, causal, window_left, window_right,
-                              softcap, deterministic, path)
+                              softcap, deterministic, path, *extra)
     if out.shape[-1] != hdim_v:
         out = out[..., :hdim_v]
     # flash-attn returns (out, softmax_lse, S_dmask); S_dmask exists only with dropout, so it is None.
@@ -218,7 +224,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         q: (total_q, nheads, headdim); k: (total_k, nheads_k, headdim); v: (total_k, nheads_k, headdim_v)
         cu_seqlens_q, cu_seqlens_k: (batch_size + 1,) int32 cumulative offsets into q and k/v.
         max_seqlen_q, max_seqlen_k: the longest query / key sequence of the batch.
-        block_table: must be None (paged KV is not supported yet: NotImplementedError).
+        block_table: None, or int32 (batch_size, max_blocks_per_sequence) for paged k, v (paged prefill):
+            k (num_blocks, page_block_size, nheads_k, headdim), v (..., headdim_v), any page_block_size >= 1;
+            sequence b's key t is row t % page_block_size of block block_table[b, t // page_block_size],
+            cu_seqlens_k gives each sequence's length (its keys are not packed). Forward only:
+            NotSupportedError when q, k or v requires grad. Runs on the CPU family for now (the CUDA
+            families refuse it by name).
         The rest (path included) as flash_attn_func; masks are per sequence.
     Returns:
         out: (total_q, nheads, headdim_v); with return_attn_probs, (out, softmax_lse (nheads, total_q), None).

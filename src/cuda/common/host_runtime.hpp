@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "backend/params.hpp"
 #include "flashattn/flashattn.hpp"
 
 namespace flashattn::cuda {
@@ -80,6 +81,14 @@ inline Status check_16byte_layout(const char* who, const char* tensor, const voi
     }
   }
   return Status::success();
+}
+
+// The CUDA forward kernels read packed or padded K/V only: a paged forward (block_table) is refused
+// by name, never run as if its page pools were packed keys.
+inline Status refuse_paged_forward(const char* who, const FwdParams& p) {
+  if (!p.is_paged()) return Status::success();
+  return Status::unsupported(std::string(who) +
+                             ": block_table: the CUDA forward does not read paged K/V yet; runs on the cpu family");
 }
 
 }  // namespace flashattn::cuda

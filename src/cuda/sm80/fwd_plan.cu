@@ -55,6 +55,7 @@ Status check_sizes(const FwdParams& p, int head_dim, bool big_smem) {
 }  // namespace
 
 Status plan_forward(const FwdParams& p, Plan* plan) {
+  FLASHATTN_TRY(refuse_paged_forward(kWho, p));
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
     return Status::unsupported(std::string(kWho) + ": dtype " + to_string(p.dtype) +
                                " is not supported: the tensor-core kernels take f16 or bf16 (f32 runs on the CPU "

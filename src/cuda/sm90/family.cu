@@ -91,6 +91,7 @@ Status check_layout(const FwdParams& p, int head_dim) {
 }
 
 Status plan_forward(const FwdParams& p, Plan* plan) {
+  FLASHATTN_TRY(refuse_paged_forward(kWho, p));
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
     return Status::unsupported(std::string(kWho) + ": dtype " + to_string(p.dtype) +
                                " is not supported: the tensor-core kernels take f16 or bf16");

@@ -516,12 +516,16 @@ Status kvcache_cache_params(const KVCacheArgs& a, KVCacheParams* p) {
   return Status::success();
 }
 
+// Two views that come as a pair: invalid_argument naming the missing one when only one is given.
+Status both_or_neither(const char* first, const TensorView& a, const char* second, const TensorView& b, const char* why) {
+  if (a.empty() == b.empty()) return Status::success();
+  return Status::invalid(std::string(a.empty() ? first : second) + ": missing; " + why + " (give both " + first +
+                         " and " + second + ", or neither)");
+}
+
 // k_new / v_new: both or neither, [batch, seqlen_new, heads_kv, hdim_qk] and [.., hdim_v].
 Status kvcache_new_params(const KVCacheArgs& a, KVCacheParams* p) {
-  if (a.k_new.empty() != a.v_new.empty()) {
-    return Status::invalid(std::string(a.k_new.empty() ? "k_new" : "v_new") +
-                           ": missing; new keys and values are appended together (give both k_new and v_new, or neither)");
-  }
+  FLASHATTN_TRY(both_or_neither("k_new", a.k_new, "v_new", a.v_new, "new keys and values are appended together"));
   if (a.k_new.empty()) return Status::success();
   FLASHATTN_TRY(check_view("k_new", a.k_new, 4, p->dtype, p->device));
   FLASHATTN_TRY(check_view("v_new", a.v_new, 4, p->dtype, p->device));
@@ -550,10 +554,7 @@ Status kvcache_new_params(const KVCacheArgs& a, KVCacheParams* p) {
 // rotary_cos / rotary_sin: both or neither, [seqlen_rotary, rotary_dim / 2] of q's dtype, rows
 // contiguous and of one stride, rotary_dim ≤ hdim_qk.
 Status kvcache_rotary_params(const KVCacheArgs& a, KVCacheParams* p) {
-  if (a.rotary_cos.empty() != a.rotary_sin.empty()) {
-    return Status::invalid(std::string(a.rotary_cos.empty() ? "rotary_cos" : "rotary_sin") +
-                           ": missing; the rotary tables come together (give both rotary_cos and rotary_sin, or neither)");
-  }
+  FLASHATTN_TRY(both_or_neither("rotary_cos", a.rotary_cos, "rotary_sin", a.rotary_sin, "the rotary tables come together"));
   if (a.rotary_cos.empty()) return Status::success();
   FLASHATTN_TRY(check_view("rotary_cos", a.rotary_cos, 2, p->dtype, p->device));
   FLASHATTN_TRY(check_view("rotary_sin", a.rotary_sin, 2, p->dtype, p->device));

@@ -159,6 +159,12 @@ __device__ __forceinline__ void mask_packed_rows(float (&s)[1][Traits::kNTiles][
   }
 }
 
+// This split's row of the partials for packed row `at`: [split][b][query head][query].
+__device__ __forceinline__ int64_t split_row(const AttendParams& p, const AttendWork& w, const PackedRow& at) {
+  const int heads_q = p.heads_kv * p.group_size;
+  return int64_t{w.split} * p.batch * heads_q * p.seqlen_q + partial_row(w.b, at.head, at.query, heads_q, p.seqlen_q);
+}
+
 // Writes one packed row's merged output chunk (8 columns from col0) and, at col0 = 0, its LSE: the
 // final O (16-bit) and LSE with one split, else the split's fp32 partials.
 template <class Traits>
@@ -178,8 +184,7 @@ __device__ __forceinline__ void store_row_chunk(const AttendParams& p, const Att
     if (p.lse != nullptr && col0 == 0) p.lse[w.b * p.lse_batch_stride + h * p.lse_head_stride + i] = lse;
     return;
   }
-  const int64_t prow = int64_t{w.split} * p.batch * p.heads_kv * p.group_size * p.seqlen_q +
-                       partial_row(w.b, h, i, p.heads_kv * p.group_size, p.seqlen_q);
+  const int64_t prow = split_row(p, w, at);
   float4* dst = reinterpret_cast<float4*>(p.partial_out + prow * p.hdim_v + col0);
   dst[0] = make_float4(o[0], o[1], o[2], o[3]);
   dst[1] = make_float4(o[4], o[5], o[6], o[7]);
@@ -192,8 +197,7 @@ template <class Traits>
 __device__ __forceinline__ void report_empty_split(const AttendParams& p, const AttendWork& w, int tid) {
   for (int row = tid; row < w.rows; row += Traits::kThreads) {
     const PackedRow at = unpack_row(w.r0 + row, w.h_kv, p.group_size);
-    const int64_t prow = int64_t{w.split} * p.batch * p.heads_kv * p.group_size * p.seqlen_q +
-                         partial_row(w.b, at.head, at.query, p.heads_kv * p.group_size, p.seqlen_q);
+    const int64_t prow = split_row(p, w, at);
     p.partial_lse[prow] = -kInfinity;
   }
 }

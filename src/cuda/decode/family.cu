@@ -14,6 +14,7 @@
 #include "api/status_try.hpp"
 #include "cuda/common/device_info.hpp"
 #include "cuda/common/host_runtime.hpp"
+#include "cuda/common/instances.hpp"
 #include "cuda/common/mask.cuh"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/decode/launch.hpp"
@@ -42,17 +43,7 @@ constexpr Instance kNoInstance{0, {nullptr, nullptr}, {nullptr, nullptr}};
 const Instance kInstances[] = {kNoInstance, FLASHATTN_DECODE_HEADDIMS(FLASHATTN_DECODE_REGISTER)};
 #undef FLASHATTN_DECODE_REGISTER
 
-const Instance* find_instance(int64_t head_dim) {
-  const Instance* best = nullptr;
-  for (const Instance& inst : kInstances) {
-    if (inst.head_dim >= head_dim && inst.head_dim > 0 && (best == nullptr || inst.head_dim < best->head_dim)) {
-      best = &inst;
-    }
-  }
-  return best;
-}
-
-int dtype_index(DType dtype) { return dtype == DType::bf16 ? 1 : 0; }
+const Instance* find_instance(int64_t head_dim) { return smallest_instance_holding(kInstances, head_dim); }
 
 // Workspace: [rotated q][partial lse][partial out], each 256-byte aligned; absent parts are empty.
 struct Layout {

@@ -21,13 +21,7 @@ const Instance kInstances[] = {FLASHATTN_SM80_HEADDIMS(FLASHATTN_SM80_INSTANCE)}
 
 }  // namespace
 
-const Instance* find_instance(int64_t head_dim) {
-  const Instance* best = nullptr;
-  for (const Instance& inst : kInstances) {
-    if (inst.head_dim >= head_dim && (best == nullptr || inst.head_dim < best->head_dim)) best = &inst;
-  }
-  return best;
-}
+const Instance* find_instance(int64_t head_dim) { return smallest_instance_holding(kInstances, head_dim); }
 
 const char* compiled_head_dims() { return FLASHATTN_SM80_HEADDIMS_STRING; }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/family.hpp"
+#include "cuda/common/instances.hpp"
 #include "cuda/sm80/bwd_params.cuh"
 
 namespace flashattn::cuda::sm80 {
@@ -25,7 +26,7 @@ struct Instance {
   BwdCheckFn bwd_check[2];
 };
 
-inline int dtype_index(DType dtype) { return dtype == DType::bf16 ? 1 : 0; }
+using cuda::dtype_index;  // cuda/common/instances.hpp
 
 // The smallest compiled instance whose head dim holds `head_dim`, or null.
 const Instance* find_instance(int64_t head_dim);

@@ -84,10 +84,16 @@ struct HeadRows {
 using InRows = HeadRows<const void*>;
 using OutRows = HeadRows<void*>;
 
+// The offset is summed in unsigned (wrapping) arithmetic: the views of an empty sequence may start
+// one past the last row of a dimension whose stride is arbitrary (extent 1, never used), where the
+// signed sum could overflow; such a start is never read, and every offset that is read fits.
 template <class Ptr>
 HeadRows<Ptr> head_rows(Ptr data, DType dtype, int64_t batch_stride, int64_t row_stride, int64_t head_stride,
                         int64_t b, int64_t row_offset, int64_t h) {
-  return {data, dtype, b * batch_stride + row_offset * row_stride + h * head_stride, row_stride};
+  const uint64_t first = static_cast<uint64_t>(b) * static_cast<uint64_t>(batch_stride) +
+                         static_cast<uint64_t>(row_offset) * static_cast<uint64_t>(row_stride) +
+                         static_cast<uint64_t>(h) * static_cast<uint64_t>(head_stride);
+  return {data, dtype, static_cast<int64_t>(first), row_stride};
 }
 
 // The keys (or values) of one (sequence, kv head) of a paged KV cache: key t is row t % page_size

@@ -56,33 +56,83 @@ struct OnlineSoftmax {
     for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float m = row_max[mi][half];
-#pragma unroll
-        for (int ni = 0; ni < kNTiles; ++ni) {
-          m = fmaxf(m, fmaxf(s[mi][ni][2 * half], s[mi][ni][2 * half + 1]));
-        }
-        m = quad_max(m);
-        const float offset = m == -kInfinity ? 0.f : m * exp_mult;  // exponent offset, base 2
-        const float rescale = ptx::exp2_approx(row_max[mi][half] * exp_mult - offset);
-        row_max[mi][half] = m;
-        float sum = row_sum[mi][half] * rescale;
+        float offset;
+        const float rescale = raise_max(s, mi, half, exp_mult, &offset);
 #pragma unroll
         for (int di = 0; di < kDTiles; ++di) {
           acc[mi][di][2 * half] *= rescale;
           acc[mi][di][2 * half + 1] *= rescale;
         }
-#pragma unroll
-        for (int ni = 0; ni < kNTiles; ++ni) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = ptx::exp2_approx(fmaf(s[mi][ni][2 * half + e], exp_mult, -offset));
-            s[mi][ni][2 * half + e] = p;
-            sum += p;
-          }
-        }
-        row_sum[mi][half] = sum;
+        exponentiate_row(s, mi, half, exp_mult, offset, rescale);
       }
     }
+  }
+
+  // update() in two halves, for a kernel whose product into the accumulator is still in flight
+  // while it exponentiates the next tile (sm90): exponentiate() updates m and ℓ and gives the factor
+  // by which each row of the accumulator must still be rescaled; rescale_rows() applies it.
+  template <int kNTiles>
+  __device__ __forceinline__ void exponentiate(float (&s)[kMTiles][kNTiles][4], float exp_mult,
+                                               float (&rescale)[kMTiles][2]) {
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float offset;
+        rescale[mi][half] = raise_max(s, mi, half, exp_mult, &offset);
+        exponentiate_row(s, mi, half, exp_mult, offset, rescale[mi][half]);
+      }
+    }
+  }
+
+  template <int kDTiles>
+  __device__ __forceinline__ static void rescale_rows(float (&acc)[kMTiles][kDTiles][4],
+                                                     const float (&rescale)[kMTiles][2]) {
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi) {
+#pragma unroll
+      for (int di = 0; di < kDTiles; ++di) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          acc[mi][di][2 * half] *= rescale[mi][half];
+          acc[mi][di][2 * half + 1] *= rescale[mi][half];
+        }
+      }
+    }
+  }
+
+  // Row (mi, half): the new running max over the tile; returns the rescale factor of the old state
+  // and sets the exponent offset (base 2) of the new one.
+  template <int kNTiles>
+  __device__ __forceinline__ float raise_max(const float (&s)[kMTiles][kNTiles][4], int mi, int half,
+                                             float exp_mult, float* offset) {
+    float m = row_max[mi][half];
+#pragma unroll
+    for (int ni = 0; ni < kNTiles; ++ni) {
+      m = fmaxf(m, fmaxf(s[mi][ni][2 * half], s[mi][ni][2 * half + 1]));
+    }
+    m = quad_max(m);
+    *offset = m == -kInfinity ? 0.f : m * exp_mult;
+    const float rescale = ptx::exp2_approx(row_max[mi][half] * exp_mult - *offset);
+    row_max[mi][half] = m;
+    return rescale;
+  }
+
+  // Row (mi, half): scores to unnormalized probabilities in place, ℓ rescaled and summed.
+  template <int kNTiles>
+  __device__ __forceinline__ void exponentiate_row(float (&s)[kMTiles][kNTiles][4], int mi, int half,
+                                                   float exp_mult, float offset, float rescale) {
+    float sum = row_sum[mi][half] * rescale;
+#pragma unroll
+    for (int ni = 0; ni < kNTiles; ++ni) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = ptx::exp2_approx(fmaf(s[mi][ni][2 * half + e], exp_mult, -offset));
+        s[mi][ni][2 * half + e] = p;
+        sum += p;
+      }
+    }
+    row_sum[mi][half] = sum;
   }
 
   // End of the key loop: normalizes `acc` by ℓ and gives each row's log-sum-exp (natural log) in

@@ -52,7 +52,7 @@ Status check_sizes(const FwdParams& p, int head_dim) {
     return Status::unsupported(std::string(kWho) + ": sequences longer than " + std::to_string(kMaxSeqlen) +
                                " are not supported");
   }
-  const int64_t m_blocks = (p.seqlen_q + fwd_shape(head_dim).block_m - 1) / fwd_shape(head_dim).block_m;
+  const int64_t m_blocks = (p.seqlen_q + fwd_shape(head_dim).block_m() - 1) / fwd_shape(head_dim).block_m();
   if (p.is_varlen() && (p.total_q > kMaxPackedRows || p.total_k > kMaxPackedRows)) {
     return Status::unsupported(std::string(kWho) + ": varlen tensors of " + std::to_string(p.total_q) + " query and " +
                                std::to_string(p.total_k) + " key rows: TMA's row coordinate is 32-bit (at most " +

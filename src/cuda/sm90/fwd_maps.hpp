@@ -55,7 +55,7 @@ inline constexpr int64_t kMaxPackedRows = (int64_t{1} << 31) - 1;
 inline FwdMapSpecs fwd_map_specs(const FwdParams& p, const FwdShape& shape) {
   const int64_t rows_q = fwd_map_rows_q(p), rows_k = fwd_map_rows_k(p), batch = fwd_map_batch(p);
   return {fwd_map_spec(p.q, p.hdim_qk, rows_q, p.heads_q, batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride,
-                       shape.block_m),
+                       shape.block_m()),
           fwd_map_spec(p.k, p.hdim_qk, rows_k, p.heads_kv, batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride,
                        shape.block_n),
           fwd_map_spec(p.v, p.hdim_v, rows_k, p.heads_kv, batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride,

@@ -1,43 +1,50 @@
 // The sm90 forward's tile shape per head-dim instance: one table, read by the host (plan, tensor
-// maps, grid, shared memory) and by the kernel (fwd_kernel.cuh), so the two cannot disagree.
+// maps, grid, shared memory, threads) and by the kernel (fwd_kernel.cuh), so the two cannot disagree.
 //
-// Step 1 (docs/kernels-sm90.md, "forward, step 1"): two consumer warpgroups, 64 query rows each
-// (wgmma's M), no producer warp; K and V through a 2-stage ring. Shared memory holds Q (block_m ×
-// D), and per stage one K and one V tile (block_n × D), all 16-bit, in the TMA 128B swizzle: chunks
-// of 64 columns (128 bytes per row), each chunk the tile's rows one after the other.
+// A CTA is one producer warpgroup (one thread issues every TMA load) and `consumers` warpgroups of
+// 64 query rows each (wgmma's M), so block_m = 64·consumers. Shared memory holds Q (block_m × D)
+// and a ring of `stages` K tiles and as many V tiles (block_n × D), all 16-bit, in the TMA 128B
+// swizzle: chunks of 64 columns (128 bytes per row), each chunk the tile's rows one after the other.
+// The epilogue stages each warpgroup's O in its own rows of Q (its last Q·Kᵀ is done by then).
 #pragma once
 
 #include <cstddef>
 
 namespace flashattn::cuda::sm90 {
 
-inline constexpr int kFwdWarpgroups = 2;         // consumer warpgroups
 inline constexpr int kWarpgroupThreads = 128;
-inline constexpr int kWarpgroupRows = 64;        // wgmma's M: the rows one warpgroup owns
-inline constexpr int kFwdStages = 2;             // K/V ring depth
+inline constexpr int kWarpgroupRows = 64;        // wgmma's M: the rows one consumer warpgroup owns
 inline constexpr int kSwizzleCols = 64;          // 16-bit columns in one 128B-swizzle row (a chunk)
 inline constexpr int kSwizzleRowBytes = 128;
 inline constexpr int kSwizzleAtomBytes = 1024;   // 8 rows of 128 B: swizzled tiles start on it
 
 struct FwdShape {
-  int head_dim;  // D: the instance's (padded) head dim for Q·Kᵀ and P·V, a multiple of 64
-  int block_m;   // query rows per CTA
-  int block_n;   // keys per K/V block
+  int head_dim;   // D: the instance's (padded) head dim for Q·Kᵀ and P·V, a multiple of 64
+  int consumers;  // consumer warpgroups (2 or 3)
+  int block_n;    // keys per K/V block
+  int stages;     // depth of the K/V ring
 
-  constexpr int threads() const { return kFwdWarpgroups * kWarpgroupThreads; }
+  constexpr int block_m() const { return consumers * kWarpgroupRows; }
+  constexpr int threads() const { return (consumers + 1) * kWarpgroupThreads; }
   constexpr int chunks() const { return head_dim / kSwizzleCols; }
-  constexpr std::size_t q_bytes() const { return std::size_t(block_m) * head_dim * 2; }
+  constexpr std::size_t q_bytes() const { return std::size_t(block_m()) * head_dim * 2; }
   constexpr std::size_t kv_tile_bytes() const { return std::size_t(block_n) * head_dim * 2; }
   // Dynamic shared memory: Q, the K and V stages, and the slack to align the base to the swizzle atom.
   constexpr std::size_t smem_bytes() const {
-    return kSwizzleAtomBytes + q_bytes() + 2 * std::size_t(kFwdStages) * kv_tile_bytes();
+    return kSwizzleAtomBytes + q_bytes() + 2 * std::size_t(stages) * kv_tile_bytes();
   }
+  // Registers per thread after setmaxnreg: the producer gives its share to the consumers, which
+  // hold O (D/2 floats), S (block_n/2) and P (block_n/4) per thread (FlashAttention-3's split).
+  constexpr int producer_registers() const { return consumers == 2 ? 24 : 32; }
+  constexpr int consumer_registers() const { return consumers == 2 ? 240 : 160; }
 };
 
-// block_n = 128 up to D = 128 (160 KB of shared memory at D = 128); 64 at D = 256 (192 KB): the
-// S tile (block_n / 2 floats per thread) beside the O accumulator (D / 2) stays within 255 registers.
+// FlashAttention-3's tiles, measured there: D = 64, three consumers (192 × 128: more math per K/V
+// byte and per softmax than 128 × 128); D = 128, two (128 × 128, 160 KB); D = 256, two with 64-key
+// blocks (O's 128 floats per thread beside S stay within 240 registers; 192 KB).
 constexpr FwdShape fwd_shape(int head_dim) {
-  return FwdShape{head_dim, kFwdWarpgroups * kWarpgroupRows, head_dim <= 128 ? 128 : 64};
+  return head_dim <= 64 ? FwdShape{head_dim, 3, 128, 2}
+                        : head_dim <= 128 ? FwdShape{head_dim, 2, 128, 2} : FwdShape{head_dim, 2, 64, 2};
 }
 
 // The head dims the sm90 forward has instances for (sm90.cmake compiles those of FLASHATTN_HEADDIMS).

@@ -1,0 +1,146 @@
+// What every role of the sm90 forward kernel agrees on: the instance's traits (from the tile table of
+// fwd_shape.hpp), the kernel's params, the tile a CTA owns (which rows, which keys, the mask), and
+// where Q, the K/V ring and the mbarriers live in shared memory.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "cuda/common/mask.cuh"
+#include "cuda/common/scores.cuh"
+#include "cuda/common/seqlen.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/sm90/fwd_shape.hpp"
+
+namespace flashattn::cuda::sm90 {
+
+// What the kernel reads besides the tensor maps (Q, K, V: fwd_launch.cuh builds them).
+struct FwdKernelParams {
+  const int32_t* cu_seqlens_q;  // varlen (device arrays, [batch + 1]), else null
+  const int32_t* cu_seqlens_k;
+  void* out;
+  float* lse;  // null: not requested
+  int64_t o_batch_stride, o_row_stride, o_head_stride;  // elements
+  int64_t lse_batch_stride, lse_head_stride;
+  int batch, heads_q, group_size;  // group_size = heads_q / heads_kv
+  int seqlen_q, seqlen_k;          // padded: the lengths; varlen: the maxima (0 when K has no rows)
+  int hdim_v;                      // columns of O written (≤ D)
+  int num_m_blocks;                // ceil(seqlen_q / block_m); the grid is num_m_blocks·heads_q·batch
+  int window_left, window_right;   // clamped (mask.cuh); < 0 unbounded; masked instances only
+  ScoreTransform scores;
+};
+
+template <class TagT, int kHeadDim, bool kMaskedT>
+struct FwdTraits {
+  using Tag = TagT;
+  static constexpr FwdShape kShape = fwd_shape(kHeadDim);
+  static constexpr int kD = kHeadDim, kBlockM = kShape.block_m(), kBlockN = kShape.block_n;
+  static constexpr int kConsumers = kShape.consumers, kStages = kShape.stages;
+  static constexpr int kThreads = kShape.threads(), kConsumerThreads = kConsumers * kWarpgroupThreads;
+  static constexpr bool kMasked = kMaskedT;  // causal or window: the mask may cut any tile
+  // Ping-pong: the consumers take turns issuing their two products, so one's softmax runs under the
+  // other's matmuls (FlashAttention-3 does it up to D = 128; at D = 256 the products are long
+  // enough to hide the softmax of the same warpgroup).
+  static constexpr bool kPingPong = kHeadDim <= 128;
+  static constexpr int kChunks = kShape.chunks();
+  static constexpr uint32_t kQChunkBytes = kBlockM * kSwizzleRowBytes;   // 64 columns of Q
+  static constexpr uint32_t kKVChunkBytes = kBlockN * kSwizzleRowBytes;  // 64 columns of K or V
+  static constexpr uint32_t kQBytes = kShape.q_bytes();
+  static constexpr uint32_t kKVBytes = kShape.kv_tile_bytes();
+  static constexpr uint32_t kKOffset = kQBytes;
+  static constexpr uint32_t kVOffset = kKOffset + kStages * kKVBytes;
+  static_assert(kHeadDim % kSwizzleCols == 0 && kBlockN % 16 == 0 && kBlockN <= 256 && kHeadDim <= 256);
+  static_assert(kQChunkBytes % kSwizzleAtomBytes == 0 && kKVChunkBytes % kSwizzleAtomBytes == 0);
+  static_assert(kConsumers >= 2 && kConsumers <= 3, "named barrier ids below assume 2 or 3 consumers");
+};
+
+// Named barriers (0 is __syncthreads, unused after the roles split).
+inline constexpr uint32_t kTurnBarrier = 1;      // + consumer: its turn to issue (ping-pong)
+inline constexpr uint32_t kStoreBarrier = 4;     // + consumer: its O is staged in shared memory
+inline constexpr uint32_t kVTailBarrier = 7;     // every consumer: the varlen V tail is zeroed
+
+// The tile of one CTA: query block m0 of (batch, head), the key blocks it visits, from the last to
+// the first (the ones that need element masks come first). Loop index i is key block n_end − 1 − i.
+struct FwdTile {
+  int batch, head, head_kv, m0;
+  SeqLens seq;
+  Mask mask;
+  int n_end, n_blocks;
+  int tma_batch, q_row, k_row;  // TMA coordinates: varlen rows are packed rows of the one "batch" 0
+  bool zero_v_tail;             // varlen: V rows of the first block loaded past seqlen_k are zeroed
+
+  __device__ int key_block(int i) const { return n_end - 1 - i; }
+};
+
+// Query blocks of one head consecutive (K/V stay in L2), within a head the last (longest, causal)
+// block first.
+template <class Traits>
+__device__ __forceinline__ FwdTile fwd_tile(const FwdKernelParams& p, int bid) {
+  FwdTile t;
+  const int m_block = p.num_m_blocks - 1 - bid % p.num_m_blocks;
+  t.head = (bid / p.num_m_blocks) % p.heads_q;
+  t.batch = bid / p.num_m_blocks / p.heads_q;
+  t.head_kv = t.head / p.group_size;
+  t.m0 = m_block * Traits::kBlockM;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  t.seq = seq_lens(t.batch, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlen_q, p.seqlen_k);
+  t.mask.seqlen_q = t.seq.seqlen_q;
+  t.mask.seqlen_k = t.seq.seqlen_k;
+  t.mask.left = Traits::kMasked ? p.window_left : -1;
+  t.mask.right = Traits::kMasked ? p.window_right : -1;
+  const int n_begin = t.mask.n_block_begin(t.m0, Traits::kBlockN);
+  t.n_end = t.mask.n_block_end(t.m0, Traits::kBlockM, Traits::kBlockN);
+  t.n_blocks = t.n_end > n_begin ? t.n_end - n_begin : 0;
+  t.tma_batch = varlen ? 0 : t.batch;  // the plan refuses 2^31 packed rows or more
+  t.q_row = static_cast<int>(t.seq.q_offset) + t.m0;
+  t.k_row = static_cast<int>(t.seq.k_offset);
+  t.zero_v_tail = varlen && t.n_blocks > 0 && t.seq.seqlen_k - (t.n_end - 1) * Traits::kBlockN < Traits::kBlockN;
+  return t;
+}
+
+// Shared memory of one CTA: Q, then the K stages, then the V stages, every tile on a swizzle atom;
+// and the mbarriers: Q full, and per stage K full/empty and V full/empty. A "full" barrier completes
+// when the producer's TMA bytes have landed; an "empty" one when every consumer warp has finished
+// the products that read the stage.
+template <class Traits>
+struct FwdSmem {
+  static constexpr int kBarriers = 1 + 4 * Traits::kStages;
+  unsigned char* base;  // generic address of Q
+  uint32_t q;           // shared-window address of Q
+  uint32_t bars;        // shared-window address of the barrier array
+
+  __device__ uint32_t k_tile(int stage) const { return q + Traits::kKOffset + stage * Traits::kKVBytes; }
+  __device__ uint32_t v_tile(int stage) const { return q + Traits::kVOffset + stage * Traits::kKVBytes; }
+  __device__ uint32_t q_full() const { return bars; }
+  __device__ uint32_t k_full(int stage) const { return bars + 8 * (1 + stage); }
+  __device__ uint32_t k_empty(int stage) const { return bars + 8 * (1 + Traits::kStages + stage); }
+  __device__ uint32_t v_full(int stage) const { return bars + 8 * (1 + 2 * Traits::kStages + stage); }
+  __device__ uint32_t v_empty(int stage) const { return bars + 8 * (1 + 3 * Traits::kStages + stage); }
+
+  // Thread 0, before the roles split (then a __syncthreads).
+  __device__ void init_barriers() const {
+    constexpr uint32_t kConsumerWarps = Traits::kConsumerThreads / 32;
+    ptx::mbarrier_init(q_full(), 1);
+#pragma unroll
+    for (int s = 0; s < Traits::kStages; ++s) {
+      ptx::mbarrier_init(k_full(s), 1);
+      ptx::mbarrier_init(v_full(s), 1);
+      ptx::mbarrier_init(k_empty(s), kConsumerWarps);
+      ptx::mbarrier_init(v_empty(s), kConsumerWarps);
+    }
+    ptx::fence_mbarrier_init();
+  }
+};
+
+// Loop index i uses stage i % stages in its (i / stages)-th round: the consumers wait for that
+// round's phase of "full"; the producer, before refilling, for the previous round's phase of
+// "empty" (on a fresh barrier the phase before the first counts as complete).
+template <class Traits>
+struct Ring {
+  __device__ static int stage(int i) { return i % Traits::kStages; }
+  __device__ static uint32_t full_parity(int i) { return (i / Traits::kStages) & 1; }
+  __device__ static uint32_t empty_parity(int i) { return full_parity(i) ^ 1; }
+};
+
+}  // namespace flashattn::cuda::sm90

@@ -772,7 +772,7 @@ TEST(CudaPtxSm90Host, ForwardVarlenMapSpecs) {
   p.q_head_stride = 128;
   p.k_row_stride = p.v_row_stride = 2 * 128 + 64;  // padded rows
   p.k_head_stride = p.v_head_stride = 128;
-  const FwdMapSpecs m = fwd_map_specs(p, fwd_shape(128));
+  const FwdMapSpecs m = fwd_map_specs(p, fwd_shape(128, /*masked=*/true));
   const int64_t q_dims[4] = {128, 1001, 4, 1}, q_strides[4] = {1, 512, 128, 8};
   const int64_t k_dims[4] = {128, 777, 2, 1}, k_strides[4] = {1, 320, 128, 8};
   for (int i = 0; i < 4; ++i) {

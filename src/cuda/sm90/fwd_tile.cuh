@@ -34,7 +34,7 @@ struct FwdKernelParams {
 template <class TagT, int kHeadDim, bool kMaskedT>
 struct FwdTraits {
   using Tag = TagT;
-  static constexpr FwdShape kShape = fwd_shape(kHeadDim);
+  static constexpr FwdShape kShape = fwd_shape(kHeadDim, kMaskedT);
   static constexpr int kD = kHeadDim, kBlockM = kShape.block_m(), kBlockN = kShape.block_n;
   static constexpr int kConsumers = kShape.consumers, kStages = kShape.stages;
   static constexpr int kThreads = kShape.threads(), kConsumerThreads = kConsumers * kWarpgroupThreads;

@@ -39,6 +39,11 @@ if has test; then
   timeout 300 "$B/tests/diff_test" --gtest_filter='All/Diff.Forward/sm90_*' >"$OUT/diff_sm90.log" 2>&1
   echo "diff_test sm90 rc $?" | tee -a "$OUT/check.log"
   tail -3 "$OUT/diff_sm90.log"; grep -E "^\[  FAILED" "$OUT/diff_sm90.log" | head -20
+  for sms in 1 3; do  # the persistent grid as on a GPU of 1 and 3 SMs: many tiles per CTA
+    timeout 300 "$B/tests/diff_test" --gtest_filter='All/Diff.Forward/sm90_*' --sms=$sms >"$OUT/diff_sm90_sms$sms.log" 2>&1
+    echo "diff_test sm90 --sms=$sms rc $?" | tee -a "$OUT/check.log"
+    grep -E "^\[  FAILED" "$OUT/diff_sm90_sms$sms.log" | head -10
+  done
   timeout 300 "$B/tests/edge_test" --gtest_filter='*sm90*' >"$OUT/edge_sm90.log" 2>&1
   echo "edge_test sm90 rc $?" | tee -a "$OUT/check.log"
   tail -3 "$OUT/edge_sm90.log"; grep -E "^\[  FAILED" "$OUT/edge_sm90.log" | head -20
@@ -49,6 +54,10 @@ if has sanitize; then
   for tool in memcheck racecheck synccheck; do
     timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$B/tests/cuda/flashattn_cuda_tests" \
       --gtest_filter="$filter" >"$OUT/sanitize_$tool.log" 2>&1
+    echo "compute-sanitizer $tool rc $?" | tee -a "$OUT/check.log"
+    timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$B/tests/diff_test" --sms=2 \
+      --gtest_filter='All/Diff.Forward/sm90_varlen*:All/Diff.Forward/sm90_b2_q272_k203_h4x2_d192_bf16_causal' \
+      >>"$OUT/sanitize_$tool.log" 2>&1
     echo "compute-sanitizer $tool rc $?" | tee -a "$OUT/check.log"
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard" "$OUT/sanitize_$tool.log" | tail -3
   done

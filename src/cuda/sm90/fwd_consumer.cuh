@@ -46,6 +46,12 @@ struct ConsumerState {
   float s[Traits::kBlockN / 2];            // S of the current block, then its probabilities
   uint32_t p[Traits::kBlockN / 16][4];     // P of the previous block: the A fragments of P·V
   OnlineSoftmax<1> softmax;
+
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int i = 0; i < Traits::kD / 2; ++i) o[i] = 0.f;
+    softmax.init();
+  }
 };
 
 template <class Traits>
@@ -132,10 +138,10 @@ struct Consumer {
   // 128-byte rows of each 64-column chunk, so the swizzle (a permutation within a row) does not
   // matter; every consumer thread takes a share, then fence.proxy.async (generic stores before
   // wgmma's reads) and a barrier of the consumers.
-  __device__ __forceinline__ void zero_v_tail(int tid_consumers) const {
+  __device__ __forceinline__ void zero_v_tail(int tid_consumers, int stage) const {
     constexpr int kUnitsPerRow = kSwizzleRowBytes / 16;
     const int tail_rows = t.seq.seqlen_k - t.key_block(0) * Traits::kBlockN;
-    unsigned char* v_tile = sm.base + Traits::kVOffset;  // stage 0
+    unsigned char* v_tile = sm.base + Traits::kVOffset + stage * Traits::kKVBytes;
     const int units = (Traits::kBlockN - tail_rows) * kUnitsPerRow;
     for (int u = tid_consumers; u < Traits::kChunks * units; u += Traits::kConsumerThreads) {
       const int ch = u / units, r = tail_rows + (u % units) / kUnitsPerRow, w = u % kUnitsPerRow;
@@ -146,59 +152,59 @@ struct Consumer {
     ptx::named_barrier_sync(kVTailBarrier, Traits::kConsumerThreads);
   }
 
-  // The key loop; leaves O unnormalized and the softmax state in `c` (the epilogue finishes them).
-  __device__ __forceinline__ void attend(ConsumerState<Traits>& c, int tid_consumers) const {
-    using R = Ring<Traits>;
-#pragma unroll
-    for (int i = 0; i < Traits::kD / 2; ++i) c.o[i] = 0.f;
-    c.softmax.init();
-    if (t.n_blocks == 0) return;
-    if (Traits::kPingPong && wg == 0 && t.n_blocks > 1) {
+  // The key loop of a tile that loads (t.loads()); leaves O unnormalized and the softmax state in
+  // `c` (the epilogue finishes them). Q is released after the tile's last Q·Kᵀ.
+  __device__ __forceinline__ void attend(ConsumerState<Traits>& c, const TileCursor& at, int tid_consumers) const {
+    const Ring<Traits> ring{at.loads};
+    const int n_blocks = t.n_blocks;
+    if (Traits::kPingPong && wg == 0 && n_blocks > 1) {
       ptx::named_barrier_arrive(kTurnBarrier, 2 * kWarpgroupThreads);  // consumer 0 opens round 1
     }
 
-    ptx::mbarrier_wait(sm.q_full(), 0);
-    ptx::mbarrier_wait(sm.k_full(0), 0);
-    issue_scores(c, 0);
+    ptx::mbarrier_wait(sm.q_full(), at.q_tiles & 1);
+    ptx::mbarrier_wait(sm.k_full(ring.stage(0)), ring.full_parity(0));
+    issue_scores(c, ring.stage(0));
     ptx::wgmma_wait<0>();
     ptx::wgmma_fence_operand(c.s);
-    release(sm.k_empty(0));
+    release(sm.k_empty(ring.stage(0)));
+    if (n_blocks == 1) release(sm.q_empty());
     float rescale[1][2];
     softmax_block(c, t.key_block(0), rescale);  // O is 0: nothing to rescale
     pack_probabilities(c);
     if (t.zero_v_tail) {
-      ptx::mbarrier_wait(sm.v_full(0), 0);
-      zero_v_tail(tid_consumers);
+      ptx::mbarrier_wait(sm.v_full(ring.stage(0)), ring.full_parity(0));
+      zero_v_tail(tid_consumers, ring.stage(0));
     }
 
-    for (int i = 1; i < t.n_blocks; ++i) {
+    for (int i = 1; i < n_blocks; ++i) {
       const int prev = i - 1;
-      ptx::mbarrier_wait(sm.k_full(R::stage(i)), R::full_parity(i));
+      ptx::mbarrier_wait(sm.k_full(ring.stage(i)), ring.full_parity(i));
       wait_turn();
-      issue_scores(c, R::stage(i));
-      ptx::mbarrier_wait(sm.v_full(R::stage(prev)), R::full_parity(prev));
-      issue_values(c, R::stage(prev));
-      pass_turn(i == t.n_blocks - 1);
+      issue_scores(c, ring.stage(i));
+      ptx::mbarrier_wait(sm.v_full(ring.stage(prev)), ring.full_parity(prev));
+      issue_values(c, ring.stage(prev));
+      pass_turn(i == n_blocks - 1);
 
       ptx::wgmma_wait<1>();  // S(i) is done (groups complete in order), P·V may still run
       ptx::wgmma_fence_operand(c.s);
-      release(sm.k_empty(R::stage(i)));
+      release(sm.k_empty(ring.stage(i)));
+      if (i == n_blocks - 1) release(sm.q_empty());
       softmax_block(c, t.key_block(i), rescale);
 
       ptx::wgmma_wait<0>();
       ptx::wgmma_fence_operand(c.o);
-      release(sm.v_empty(R::stage(prev)));
+      release(sm.v_empty(ring.stage(prev)));
       OnlineSoftmax<1>::rescale_rows(as_c_tiles(c.o), rescale);
       pack_probabilities(c);
     }
 
-    const int last = t.n_blocks - 1;
-    ptx::mbarrier_wait(sm.v_full(R::stage(last)), R::full_parity(last));
+    const int last = n_blocks - 1;
+    ptx::mbarrier_wait(sm.v_full(ring.stage(last)), ring.full_parity(last));
     ptx::wgmma_fence_operand(c.o);
-    issue_values(c, R::stage(last));
+    issue_values(c, ring.stage(last));
     ptx::wgmma_wait<0>();
     ptx::wgmma_fence_operand(c.o);
-    release(sm.v_empty(R::stage(last)));
+    release(sm.v_empty(ring.stage(last)));
   }
 };
 

@@ -1,11 +1,12 @@
 // The sm90 forward kernel (docs/kernels-sm90.md): warp-specialized, FlashAttention-3's design.
 //
-// A CTA owns block_m = 64·consumers query rows of one (batch, head) (fwd_tile.cuh). Warpgroup 0 is
-// the producer: it gives most of its registers away (setmaxnreg) and one of its threads issues every
-// TMA load, Q once and K/V blocks through a ring of mbarrier-guarded stages (fwd_producer.cuh).
-// Warpgroups 1.. are the consumers, 64 rows each, with the registers the producer gave up: the key
-// loop on wgmma with softmax/product overlap and ping-pong (fwd_consumer.cuh), then the epilogue
-// (fwd_epilogue.cuh).
+// Persistent: one CTA per SM strides over the tiles (a tile is block_m = 64·consumers query rows of
+// one (batch, head), fwd_tile.cuh), so that one tile's loads overlap the previous tile's last
+// products and epilogue. Warpgroup 0 is the producer: it gives most of its registers away
+// (setmaxnreg) and one of its threads issues every TMA load, per tile Q once and K/V blocks through a
+// ring of mbarrier-guarded stages that runs on across tiles (fwd_producer.cuh). Warpgroups 1.. are
+// the consumers, 64 rows each, with the registers the producer gave up: the key loop on wgmma with
+// softmax/product overlap and ping-pong (fwd_consumer.cuh), then the epilogue (fwd_epilogue.cuh).
 //
 // Padded batches: keys past seqlen_k are never read from memory: the tensor maps end at seqlen_k
 // (TMA fills zeros), and the mask sets their scores to −inf.
@@ -15,7 +16,7 @@
 // rows may then run past the sequence: into the next one, into packed rows of no sequence, or past
 // the tensor's end (zero-filled). What keeps those rows out of the output:
 //   - Q rows ≥ seqlen_q(b): each output row depends on its own Q row only; they are never stored
-//     (O and LSE), and blocks with m0 ≥ seqlen_q(b) exit at once (the grid covers max_seqlen_q);
+//     (O and LSE), and tiles with m0 ≥ seqlen_q(b) are skipped (the tiles cover max_seqlen_q);
 //   - K rows ≥ seqlen_k(b): the mask overwrites their scores with −inf whatever they hold (NaN too),
 //     so P is exactly 0 there;
 //   - V rows ≥ seqlen_k(b): P = 0 does not help (0 · NaN = NaN in P·V), so the rows of the sequence's
@@ -47,9 +48,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const uint32_t q = (raw + kSwizzleAtomBytes - 1) / kSwizzleAtomBytes * kSwizzleAtomBytes;
   const FwdSmem<Traits> sm{smem_raw + (q - raw), q, ptx::smem_addr(&bars[0])};
 
-  const FwdTile t = fwd_tile<Traits>(p, static_cast<int>(blockIdx.x));
-  if (t.m0 >= t.seq.seqlen_q) return;  // varlen: past this sequence's end (an empty one: every block)
-
   const int tid = static_cast<int>(threadIdx.x);
   if (tid == 0) sm.init_barriers();
   __syncthreads();
@@ -57,17 +55,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int warpgroup = tid / kWarpgroupThreads;
   if (warpgroup == 0) {
     ptx::setmaxnreg_dec<Traits::kShape.producer_registers()>();
-    if (tid == 0) load_tile(sm, t, &tm_q, &tm_k, &tm_v);
+    if (tid == 0) load_tiles(sm, p, &tm_q, &tm_k, &tm_v);
     return;
   }
   ptx::setmaxnreg_inc<Traits::kShape.consumer_registers()>();
-  const int wg = warpgroup - 1, tid_wg = tid % kWarpgroupThreads, lane = tid % 32;
-  const int row0 = wg * kWarpgroupRows + (tid_wg / 32) * 16;
-  const Consumer<Traits> consumer{sm, t, p.scores, wg, row0, lane};
-  ConsumerState<Traits> c;
-  consumer.attend(c, tid - kWarpgroupThreads);
-  const Epilogue<Traits> epilogue{sm, t, p, wg, row0, lane, tid_wg};
-  epilogue.store(c, p.scores.exp_mult);
+  const int wg = warpgroup - 1, lane = tid % 32;
+  const int row0 = wg * kWarpgroupRows + (tid % kWarpgroupThreads / 32) * 16;
+  TileCursor at;
+  for (int bid = static_cast<int>(blockIdx.x); bid < p.num_tiles; bid += static_cast<int>(gridDim.x)) {
+    const FwdTile t = fwd_tile<Traits>(p, bid);
+    if (!t.has_rows()) continue;  // varlen: past this sequence's end (an empty one: every block)
+    ConsumerState<Traits> c;
+    c.init();
+    if (t.loads()) {
+      const Consumer<Traits> consumer{sm, t, p.scores, wg, row0, lane};
+      consumer.attend(c, at, tid - kWarpgroupThreads);
+    }
+    const Epilogue<Traits> epilogue{t, p, row0, lane};
+    epilogue.store(c, p.scores.exp_mult);
+    at.advance(t);
+  }
 #else
   FLASHATTN_PTX_UNSUPPORTED("the sm90 forward kernel needs sm_90a");
 #endif

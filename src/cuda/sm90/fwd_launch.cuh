@@ -39,6 +39,7 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p) {
   k.seqlen_k = fwd_has_keys(p) ? static_cast<int>(p.seqlen_k) : 0;  // no K rows: no key is ever loaded
   k.hdim_v = static_cast<int>(p.hdim_v);
   k.num_m_blocks = ceil_div(k.seqlen_q, Traits::kBlockM);
+  k.num_tiles = k.num_m_blocks * k.heads_q * k.batch;  // < 2^31: the plan checks
   k.window_left = clamp_window(p.options.window_left);
   k.window_right = clamp_window(p.options.window_right);
   k.scores = make_score_transform(p.options);
@@ -48,8 +49,10 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p) {
 template <class Traits>
 Status fwd_launch(const FwdParams& p) {
   const FwdKernelParams kp = fwd_kernel_params<Traits>(p);
-  const int64_t blocks = int64_t{kp.num_m_blocks} * kp.heads_q * kp.batch;
-  if (blocks == 0 || fwd_map_rows_q(p) == 0) return Status::success();  // no query rows: nothing to write
+  if (kp.num_tiles == 0 || fwd_map_rows_q(p) == 0) return Status::success();  // no query rows: nothing to write
+  DeviceInfo dev;
+  FLASHATTN_TRY(device_info(&dev));
+  const int ctas = kp.num_tiles < dev.num_sms ? kp.num_tiles : dev.num_sms;  // persistent: one per SM
 
   // Encoded per call (a few microseconds of host time each); K and V only when there are keys.
   const FwdMapSpecs specs = fwd_map_specs(p, Traits::kShape);
@@ -64,7 +67,7 @@ Status fwd_launch(const FwdParams& p) {
   constexpr std::size_t smem = Traits::kShape.smem_bytes();
   static DeviceFlags opted_in;
   FLASHATTN_TRY(opt_in_dynamic_smem(kFwdWho, kernel, smem, opted_in));
-  kernel<<<dim3(static_cast<unsigned>(blocks)), dim3(Traits::kThreads), smem, static_cast<cudaStream_t>(p.stream)>>>(
+  kernel<<<dim3(static_cast<unsigned>(ctas)), dim3(Traits::kThreads), smem, static_cast<cudaStream_t>(p.stream)>>>(
       tm_q, tm_k, tm_v, kp);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return cuda_status(kFwdWho, e, "kernel launch");

@@ -1,7 +1,8 @@
-// The producer of the sm90 forward: one thread issues every TMA load of a tile. Q once; then K of
-// block i before V of block i − 1, the order in which the consumers need them (they start S(i) =
-// Q·K_iᵀ before O += P(i−1)·V_{i−1}: fwd_consumer.cuh). Each stage is refilled as soon as every
-// consumer warp has released it ("empty"), so loads run ahead by the depth of the ring.
+// The producer of the sm90 forward: one thread issues every TMA load of the CTA's tiles. Per tile, Q
+// once; then K of block i before V of block i − 1, the order in which the consumers need them (they
+// start S(i) = Q·K_iᵀ before O += P(i−1)·V_{i−1}: fwd_consumer.cuh). Each buffer is refilled as soon
+// as every consumer warp has released it ("empty"), so loads run ahead by the depth of the ring, and
+// into the next tile while the consumers finish the current one.
 #pragma once
 
 #include "cuda/ptx/mbarrier.cuh"
@@ -22,23 +23,23 @@ __device__ __forceinline__ void load_rows(uint32_t dst, uint32_t chunk_bytes, ui
   }
 }
 
+// One tile: Q once the consumers are done with the previous tile's Q, then its key blocks.
 template <class Traits>
-__device__ __forceinline__ void load_tile(const FwdSmem<Traits>& sm, const FwdTile& t, const CUtensorMap* tm_q,
-                          const CUtensorMap* tm_k, const CUtensorMap* tm_v) {
-  using R = Ring<Traits>;
-  if (t.n_blocks == 0) return;  // the consumers write out 0, lse +inf without waiting for anything
-  ptx::tma_prefetch_descriptor(tm_k);
-  ptx::tma_prefetch_descriptor(tm_v);
+__device__ __forceinline__ void load_tile(const FwdSmem<Traits>& sm, const FwdTile& t, const TileCursor& at,
+                                          const CUtensorMap* tm_q, const CUtensorMap* tm_k, const CUtensorMap* tm_v) {
+  if (!t.loads()) return;  // the consumers write out 0, lse +inf (or nothing) without waiting
+  const Ring<Traits> ring{at.loads};
+  ptx::mbarrier_wait(sm.q_empty(), (at.q_tiles & 1) ^ 1);
   load_rows<Traits>(sm.q, Traits::kQChunkBytes, Traits::kQBytes, tm_q, sm.q_full(), t.q_row, t.head, t.tma_batch);
   auto load_k = [&](int i) {
-    ptx::mbarrier_wait(sm.k_empty(R::stage(i)), R::empty_parity(i));
-    load_rows<Traits>(sm.k_tile(R::stage(i)), Traits::kKVChunkBytes, Traits::kKVBytes, tm_k, sm.k_full(R::stage(i)),
-                      t.k_row + t.key_block(i) * Traits::kBlockN, t.head_kv, t.tma_batch);
+    ptx::mbarrier_wait(sm.k_empty(ring.stage(i)), ring.empty_parity(i));
+    load_rows<Traits>(sm.k_tile(ring.stage(i)), Traits::kKVChunkBytes, Traits::kKVBytes, tm_k,
+                      sm.k_full(ring.stage(i)), t.k_row + t.key_block(i) * Traits::kBlockN, t.head_kv, t.tma_batch);
   };
   auto load_v = [&](int i) {
-    ptx::mbarrier_wait(sm.v_empty(R::stage(i)), R::empty_parity(i));
-    load_rows<Traits>(sm.v_tile(R::stage(i)), Traits::kKVChunkBytes, Traits::kKVBytes, tm_v, sm.v_full(R::stage(i)),
-                      t.k_row + t.key_block(i) * Traits::kBlockN, t.head_kv, t.tma_batch);
+    ptx::mbarrier_wait(sm.v_empty(ring.stage(i)), ring.empty_parity(i));
+    load_rows<Traits>(sm.v_tile(ring.stage(i)), Traits::kKVChunkBytes, Traits::kKVBytes, tm_v,
+                      sm.v_full(ring.stage(i)), t.k_row + t.key_block(i) * Traits::kBlockN, t.head_kv, t.tma_batch);
   };
   load_k(0);
   for (int i = 1; i < t.n_blocks; ++i) {
@@ -46,6 +47,21 @@ __device__ __forceinline__ void load_tile(const FwdSmem<Traits>& sm, const FwdTi
     load_v(i - 1);
   }
   load_v(t.n_blocks - 1);
+}
+
+// Every tile of this CTA (the grid strides over the tiles).
+template <class Traits>
+__device__ __forceinline__ void load_tiles(const FwdSmem<Traits>& sm, const FwdKernelParams& p, const CUtensorMap* tm_q,
+                                           const CUtensorMap* tm_k, const CUtensorMap* tm_v) {
+  ptx::tma_prefetch_descriptor(tm_q);
+  ptx::tma_prefetch_descriptor(tm_k);
+  ptx::tma_prefetch_descriptor(tm_v);
+  TileCursor at;
+  for (int bid = static_cast<int>(blockIdx.x); bid < p.num_tiles; bid += static_cast<int>(gridDim.x)) {
+    const FwdTile t = fwd_tile<Traits>(p, bid);
+    load_tile(sm, t, at, tm_q, tm_k, tm_v);
+    at.advance(t);
+  }
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -26,7 +26,8 @@ struct FwdKernelParams {
   int batch, heads_q, group_size;  // group_size = heads_q / heads_kv
   int seqlen_q, seqlen_k;          // padded: the lengths; varlen: the maxima (0 when K has no rows)
   int hdim_v;                      // columns of O written (≤ D)
-  int num_m_blocks;                // ceil(seqlen_q / block_m); the grid is num_m_blocks·heads_q·batch
+  int num_m_blocks;                // ceil(seqlen_q / block_m)
+  int num_tiles;                   // num_m_blocks·heads_q·batch; the (persistent) grid strides over them
   int window_left, window_right;   // clamped (mask.cuh); < 0 unbounded; masked instances only
   ScoreTransform scores;
 };
@@ -57,8 +58,7 @@ struct FwdTraits {
 
 // Named barriers (0 is __syncthreads, unused after the roles split).
 inline constexpr uint32_t kTurnBarrier = 1;      // + consumer: its turn to issue (ping-pong)
-inline constexpr uint32_t kStoreBarrier = 4;     // + consumer: its O is staged in shared memory
-inline constexpr uint32_t kVTailBarrier = 7;     // every consumer: the varlen V tail is zeroed
+inline constexpr uint32_t kVTailBarrier = 4;     // every consumer: the varlen V tail is zeroed
 
 // The tile of one CTA: query block m0 of (batch, head), the key blocks it visits, from the last to
 // the first (the ones that need element masks come first). Loop index i is key block n_end − 1 − i.
@@ -71,10 +71,14 @@ struct FwdTile {
   bool zero_v_tail;             // varlen: V rows of the first block loaded past seqlen_k are zeroed
 
   __device__ int key_block(int i) const { return n_end - 1 - i; }
+  // Whether anything is loaded: rows of this sequence, and keys they see (else out 0, lse +inf, or
+  // nothing at all past a varlen sequence's end).
+  __device__ bool has_rows() const { return m0 < seq.seqlen_q; }
+  __device__ bool loads() const { return has_rows() && n_blocks > 0; }
 };
 
-// Query blocks of one head consecutive (K/V stay in L2), within a head the last (longest, causal)
-// block first.
+// Tile `bid` of the grid's order: query blocks of one head consecutive (K/V stay in L2), within a
+// head the last (longest, causal) block first.
 template <class Traits>
 __device__ __forceinline__ FwdTile fwd_tile(const FwdKernelParams& p, int bid) {
   FwdTile t;
@@ -100,12 +104,13 @@ __device__ __forceinline__ FwdTile fwd_tile(const FwdKernelParams& p, int bid) {
 }
 
 // Shared memory of one CTA: Q, then the K stages, then the V stages, every tile on a swizzle atom;
-// and the mbarriers: Q full, and per stage K full/empty and V full/empty. A "full" barrier completes
-// when the producer's TMA bytes have landed; an "empty" one when every consumer warp has finished
-// the products that read the stage.
+// and the mbarriers: Q full/empty, and per stage K full/empty and V full/empty. A "full" barrier
+// completes when the producer's TMA bytes have landed; an "empty" one when every consumer warp has
+// finished the products that read the buffer (Q: the tile's last Q·Kᵀ, so the next tile's Q loads
+// while the consumers finish the last P·V and the epilogue).
 template <class Traits>
 struct FwdSmem {
-  static constexpr int kBarriers = 1 + 4 * Traits::kStages;
+  static constexpr int kBarriers = 2 + 4 * Traits::kStages;
   unsigned char* base;  // generic address of Q
   uint32_t q;           // shared-window address of Q
   uint32_t bars;        // shared-window address of the barrier array
@@ -113,15 +118,17 @@ struct FwdSmem {
   __device__ uint32_t k_tile(int stage) const { return q + Traits::kKOffset + stage * Traits::kKVBytes; }
   __device__ uint32_t v_tile(int stage) const { return q + Traits::kVOffset + stage * Traits::kKVBytes; }
   __device__ uint32_t q_full() const { return bars; }
-  __device__ uint32_t k_full(int stage) const { return bars + 8 * (1 + stage); }
-  __device__ uint32_t k_empty(int stage) const { return bars + 8 * (1 + Traits::kStages + stage); }
-  __device__ uint32_t v_full(int stage) const { return bars + 8 * (1 + 2 * Traits::kStages + stage); }
-  __device__ uint32_t v_empty(int stage) const { return bars + 8 * (1 + 3 * Traits::kStages + stage); }
+  __device__ uint32_t q_empty() const { return bars + 8; }
+  __device__ uint32_t k_full(int stage) const { return bars + 8 * (2 + stage); }
+  __device__ uint32_t k_empty(int stage) const { return bars + 8 * (2 + Traits::kStages + stage); }
+  __device__ uint32_t v_full(int stage) const { return bars + 8 * (2 + 2 * Traits::kStages + stage); }
+  __device__ uint32_t v_empty(int stage) const { return bars + 8 * (2 + 3 * Traits::kStages + stage); }
 
   // Thread 0, before the roles split (then a __syncthreads).
   __device__ void init_barriers() const {
     constexpr uint32_t kConsumerWarps = Traits::kConsumerThreads / 32;
     ptx::mbarrier_init(q_full(), 1);
+    ptx::mbarrier_init(q_empty(), kConsumerWarps);
 #pragma unroll
     for (int s = 0; s < Traits::kStages; ++s) {
       ptx::mbarrier_init(k_full(s), 1);
@@ -133,14 +140,29 @@ struct FwdSmem {
   }
 };
 
-// Loop index i uses stage i % stages in its (i / stages)-th round: the consumers wait for that
-// round's phase of "full"; the producer, before refilling, for the previous round's phase of
-// "empty" (on a fresh barrier the phase before the first counts as complete).
+// The K/V ring runs on across the tiles of a CTA: key block i of a tile is load number base + i of
+// the CTA, which uses stage (base + i) % stages in its ((base + i) / stages)-th round. The consumers
+// wait for that round's phase of "full"; the producer, before refilling, for the previous round's
+// phase of "empty" (on a fresh barrier the phase before the first counts as complete). Q is a ring
+// of one stage counted in tiles that load.
 template <class Traits>
 struct Ring {
-  __device__ static int stage(int i) { return i % Traits::kStages; }
-  __device__ static uint32_t full_parity(int i) { return (i / Traits::kStages) & 1; }
-  __device__ static uint32_t empty_parity(int i) { return full_parity(i) ^ 1; }
+  int base;  // loads of the CTA's earlier tiles
+  __device__ int stage(int i) const { return (base + i) % Traits::kStages; }
+  __device__ uint32_t full_parity(int i) const { return ((base + i) / Traits::kStages) & 1; }
+  __device__ uint32_t empty_parity(int i) const { return full_parity(i) ^ 1; }
+};
+
+// Where a CTA is in its sequence of tiles: the next ring position and the tiles that loaded Q.
+struct TileCursor {
+  int loads = 0;    // K/V blocks loaded so far (the ring's base for the next tile)
+  int q_tiles = 0;  // tiles that loaded Q so far (Q's phase)
+
+  __device__ void advance(const FwdTile& t) {
+    if (!t.loads()) return;
+    loads += t.n_blocks;
+    ++q_tiles;
+  }
 };
 
 }  // namespace flashattn::cuda::sm90

@@ -62,8 +62,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int wg = warpgroup - 1, lane = tid % 32;
   const int row0 = wg * kWarpgroupRows + (tid % kWarpgroupThreads / 32) * 16;
   TileCursor at;
-  for (int bid = static_cast<int>(blockIdx.x); bid < p.num_tiles; bid += static_cast<int>(gridDim.x)) {
-    const FwdTile t = fwd_tile<Traits>(p, bid);
+  for (int round = 0, rounds = cta_rounds(p); round < rounds; ++round) {
+    const int tile = cta_tile(round);
+    if (tile >= p.num_tiles) continue;
+    const FwdTile t = fwd_tile<Traits>(p, tile);
     if (!t.has_rows()) continue;  // varlen: past this sequence's end (an empty one: every block)
     ConsumerState<Traits> c;
     c.init();

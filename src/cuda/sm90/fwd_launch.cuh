@@ -20,6 +20,18 @@ namespace flashattn::cuda::sm90 {
 
 inline constexpr const char* kFwdWho = "cuda sm90 forward";
 
+// (batch, head) pairs per section of the tile order (fwd_tile.cuh): as many as keep the K and V
+// they read within a third of a 50 MB L2 (H100's; H200's is larger), at least one.
+inline int section_heads(const FwdParams& p) {
+  constexpr int64_t kBudget = int64_t{16} << 20;
+  const int64_t rows = p.is_varlen() ? (p.total_k + p.batch - 1) / (p.batch > 0 ? p.batch : 1) : p.seqlen_k;
+  const int64_t kv_bytes = rows * (p.hdim_qk + p.hdim_v) * 2 / p.group_size();  // per query head
+  const int64_t pairs = p.batch * p.heads_q;
+  int64_t n = kv_bytes > 0 ? kBudget / kv_bytes : pairs;
+  n = n < 1 ? 1 : (n > pairs ? pairs : n);
+  return static_cast<int>(n);
+}
+
 template <class Traits>
 FwdKernelParams fwd_kernel_params(const FwdParams& p) {
   FwdKernelParams k{};
@@ -40,6 +52,7 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p) {
   k.hdim_v = static_cast<int>(p.hdim_v);
   k.num_m_blocks = ceil_div(k.seqlen_q, Traits::kBlockM);
   k.num_tiles = k.num_m_blocks * k.heads_q * k.batch;  // < 2^31: the plan checks
+  k.section_heads = section_heads(p);
   k.window_left = clamp_window(p.options.window_left);
   k.window_right = clamp_window(p.options.window_right);
   k.scores = make_score_transform(p.options);

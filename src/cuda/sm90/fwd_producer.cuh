@@ -57,8 +57,10 @@ __device__ __forceinline__ void load_tiles(const FwdSmem<Traits>& sm, const FwdK
   ptx::tma_prefetch_descriptor(tm_k);
   ptx::tma_prefetch_descriptor(tm_v);
   TileCursor at;
-  for (int bid = static_cast<int>(blockIdx.x); bid < p.num_tiles; bid += static_cast<int>(gridDim.x)) {
-    const FwdTile t = fwd_tile<Traits>(p, bid);
+  for (int round = 0, rounds = cta_rounds(p); round < rounds; ++round) {
+    const int tile = cta_tile(round);
+    if (tile >= p.num_tiles) continue;
+    const FwdTile t = fwd_tile<Traits>(p, tile);
     load_tile(sm, t, at, tm_q, tm_k, tm_v);
     at.advance(t);
   }

@@ -27,7 +27,8 @@ struct FwdKernelParams {
   int seqlen_q, seqlen_k;          // padded: the lengths; varlen: the maxima (0 when K has no rows)
   int hdim_v;                      // columns of O written (≤ D)
   int num_m_blocks;                // ceil(seqlen_q / block_m)
-  int num_tiles;                   // num_m_blocks·heads_q·batch; the (persistent) grid strides over them
+  int num_tiles;                   // num_m_blocks·heads_q·batch; the (persistent) grid walks them
+  int section_heads;               // (batch, head) pairs per section of the tile order (cta_tile)
   int window_left, window_right;   // clamped (mask.cuh); < 0 unbounded; masked instances only
   ScoreTransform scores;
 };
@@ -77,14 +78,37 @@ struct FwdTile {
   __device__ bool loads() const { return has_rows() && n_blocks > 0; }
 };
 
-// Tile `bid` of the grid's order: query blocks of one head consecutive (K/V stay in L2), within a
-// head the last (longest, causal) block first.
+// The order of the tiles, and which ones a CTA takes.
+//
+// Order: the (batch, head) pairs in sections of p.section_heads consecutive ones (the host sizes a
+// section so that its K and V fit in L2 together); within a section, query blocks from the last
+// (the longest under a causal mask) to the first, each over the section's heads. So the CTAs running
+// at once share a few heads' K/V, and long tiles come before short ones.
+//
+// Assignment: in round r, CTA c takes tile r·G + c (G = gridDim.x), or r·G + G − 1 − c in odd rounds
+// (a snake): over two rounds every CTA gets one longer and one shorter tile of the same stretch of the
+// order, so a static schedule stays balanced under a causal mask. (A plain stride r·G + c is not:
+// with 128 query blocks per head and G = 132, CTA 0 would take only the longest blocks.)
+__device__ __forceinline__ int cta_tile(int round) {
+  const int g = static_cast<int>(gridDim.x), c = static_cast<int>(blockIdx.x);
+  return round * g + ((round & 1) ? g - 1 - c : c);
+}
+__device__ __forceinline__ int cta_rounds(const FwdKernelParams& p) {
+  return (p.num_tiles + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+}
+
 template <class Traits>
-__device__ __forceinline__ FwdTile fwd_tile(const FwdKernelParams& p, int bid) {
+__device__ __forceinline__ FwdTile fwd_tile(const FwdKernelParams& p, int tile) {
   FwdTile t;
-  const int m_block = p.num_m_blocks - 1 - bid % p.num_m_blocks;
-  t.head = (bid / p.num_m_blocks) % p.heads_q;
-  t.batch = bid / p.num_m_blocks / p.heads_q;
+  const int pairs = p.batch * p.heads_q;
+  const int per_section = p.num_m_blocks * p.section_heads;
+  const int section = tile / per_section, first = section * p.section_heads;
+  const int heads_here = min(p.section_heads, pairs - first);
+  const int r = tile - section * per_section;
+  const int m_block = p.num_m_blocks - 1 - r / heads_here;
+  const int pair = first + r % heads_here;
+  t.head = pair % p.heads_q;
+  t.batch = pair / p.heads_q;
   t.head_kv = t.head / p.group_size;
   t.m0 = m_block * Traits::kBlockM;
   const bool varlen = p.cu_seqlens_q != nullptr;

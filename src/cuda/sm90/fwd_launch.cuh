@@ -20,12 +20,17 @@ namespace flashattn::cuda::sm90 {
 
 inline constexpr const char* kFwdWho = "cuda sm90 forward";
 
-// (batch, head) pairs per section of the tile order (fwd_tile.cuh): as many as keep the K and V
-// they read within a third of a 50 MB L2 (H100's; H200's is larger), at least one.
+// Whether the grid is persistent (fwd_tile.cuh, "Assignment"): only when every tile does the same work.
+template <class Traits>
+bool fwd_persistent(const FwdParams& p) {
+  return !Traits::kMasked && !p.is_varlen();
+}
+
+// (batch, head) pairs per section of the persistent grid's tile order (fwd_tile.cuh): as many as
+// keep the K and V they read within a third of a 50 MB L2 (H100's; H200's is larger), at least one.
 inline int section_heads(const FwdParams& p) {
   constexpr int64_t kBudget = int64_t{16} << 20;
-  const int64_t rows = p.is_varlen() ? (p.total_k + p.batch - 1) / (p.batch > 0 ? p.batch : 1) : p.seqlen_k;
-  const int64_t kv_bytes = rows * (p.hdim_qk + p.hdim_v) * 2 / p.group_size();  // per query head
+  const int64_t kv_bytes = p.seqlen_k * (p.hdim_qk + p.hdim_v) * 2 / p.group_size();  // per query head
   const int64_t pairs = p.batch * p.heads_q;
   int64_t n = kv_bytes > 0 ? kBudget / kv_bytes : pairs;
   n = n < 1 ? 1 : (n > pairs ? pairs : n);
@@ -52,7 +57,7 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p) {
   k.hdim_v = static_cast<int>(p.hdim_v);
   k.num_m_blocks = ceil_div(k.seqlen_q, Traits::kBlockM);
   k.num_tiles = k.num_m_blocks * k.heads_q * k.batch;  // < 2^31: the plan checks
-  k.section_heads = section_heads(p);
+  k.section_heads = fwd_persistent<Traits>(p) ? section_heads(p) : 1;
   k.window_left = clamp_window(p.options.window_left);
   k.window_right = clamp_window(p.options.window_right);
   k.scores = make_score_transform(p.options);
@@ -65,7 +70,7 @@ Status fwd_launch(const FwdParams& p) {
   if (kp.num_tiles == 0 || fwd_map_rows_q(p) == 0) return Status::success();  // no query rows: nothing to write
   DeviceInfo dev;
   FLASHATTN_TRY(device_info(&dev));
-  const int ctas = kp.num_tiles < dev.num_sms ? kp.num_tiles : dev.num_sms;  // persistent: one per SM
+  const int ctas = fwd_persistent<Traits>(p) && dev.num_sms < kp.num_tiles ? dev.num_sms : kp.num_tiles;
 
   // Encoded per call (a few microseconds of host time each); K and V only when there are keys.
   const FwdMapSpecs specs = fwd_map_specs(p, Traits::kShape);

@@ -80,18 +80,21 @@ struct FwdTile {
 
 // The order of the tiles, and which ones a CTA takes.
 //
-// Order: the (batch, head) pairs in sections of p.section_heads consecutive ones (the host sizes a
-// section so that its K and V fit in L2 together); within a section, query blocks from the last
-// (the longest under a causal mask) to the first, each over the section's heads. So the CTAs running
-// at once share a few heads' K/V, and long tiles come before short ones.
+// Order: the (batch, head) pairs in sections of p.section_heads consecutive ones; within a section,
+// query blocks from the last (the longest under a causal mask) to the first, each over the
+// section's heads. With sections of one head this is head by head, longest block first.
 //
-// Assignment: in round r, CTA c takes tile r·G + c (G = gridDim.x), or r·G + G − 1 − c in odd rounds
-// (a snake): over two rounds every CTA gets one longer and one shorter tile of the same stretch of the
-// order, so a static schedule stays balanced under a causal mask. (A plain stride r·G + c is not:
-// with 128 query blocks per head and G = 132, CTA 0 would take only the longest blocks.)
+// Assignment: CTA c takes tiles c, c + G, c + 2G, ... (G = gridDim.x). The host picks one of two
+// grids (fwd_launch.cuh):
+//   - persistent (G = the SM count, sections sized so that their K and V fit in L2 together) when
+//     every tile does the same work: padded batches without a mask. One tile's loads then overlap
+//     the previous tile's last products and epilogue.
+//   - one CTA per tile (G = the tile count, sections of one head) when tiles differ (causal or
+//     local masks, varlen): the hardware hands the next CTA to whichever SM frees up first, which a
+//     static stride cannot match (with 128 query blocks per head and 132 SMs, CTA 0 would take only
+//     the longest causal blocks: 0.65x cuDNN at f11247d, with a snake over head sections).
 __device__ __forceinline__ int cta_tile(int round) {
-  const int g = static_cast<int>(gridDim.x), c = static_cast<int>(blockIdx.x);
-  return round * g + ((round & 1) ? g - 1 - c : c);
+  return round * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x);
 }
 __device__ __forceinline__ int cta_rounds(const FwdKernelParams& p) {
   return (p.num_tiles + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);

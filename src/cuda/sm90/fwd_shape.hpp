@@ -40,12 +40,13 @@ struct FwdShape {
 };
 
 // FlashAttention-3's tiles, measured there. D = 64: three consumers (192 × 128: more math per K/V
-// byte and per softmax than 128 × 128). D = 128: two, 176-key blocks without a mask (fewer rounds
+// byte and per softmax than 128 × 128); two with a mask (at 160 registers the masked kernel spilled
+// 152 bytes, and short causal sequences waste less of a 128-row block). D = 128: two, 176-key blocks without a mask (fewer rounds
 // of the fixed per-block costs: waits, turns, row reductions; S 88 + P 44 + O 64 registers; 208 KB),
 // 128 with one (the diagonal block is cut anyway). D = 256: two with 80-key blocks (O's 128 floats
 // per thread beside S stay within 240 registers; 225 KB), 64 with a mask (80 spills a word there).
 constexpr FwdShape fwd_shape(int head_dim, bool masked) {
-  return head_dim <= 64    ? FwdShape{head_dim, 3, 128, 2}
+  return head_dim <= 64    ? FwdShape{head_dim, masked ? 2 : 3, 128, 2}
          : head_dim <= 128 ? FwdShape{head_dim, 2, masked ? 128 : 176, 2}
                            : FwdShape{head_dim, 2, masked ? 64 : 80, 2};
 }

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The sm90 kernels' machine code, checked without a GPU (cuobjdump on the static library): every sm90
+# forward kernel holds HGMMA (wgmma) and UTMALDG (TMA) instructions, no LDL/STL (local memory: spills
+# or an array indexed at run time), and its resource usage reports no stack and no local memory.
+#
+#   scripts/sass_check.sh build/libflashattn.a
+# Exit 77 (ctest: skipped) when the library has no sm_90a kernels or no cuobjdump can be found or
+# installed (CUDA's toolkit may not ship it; PyPI's nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm,
+# which it runs, do: put under build/_tools on first use).
+set -uo pipefail
+lib=${1:?usage: sass_check.sh LIBRARY}
+tools="$(dirname "$lib")/_tools"
+export PATH="$PATH:$tools/nvidia/cu13/bin"  # cuobjdump finds nvdisasm on PATH
+find_cuobjdump() {
+  for c in "${CUOBJDUMP:-}" "$(command -v cuobjdump 2>/dev/null)"; do
+    [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return 0; }
+  done
+  return 1
+}
+cuobjdump=$(find_cuobjdump) || {
+  python3 -m pip install -q --target "$tools" nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm >/dev/null 2>&1
+  cuobjdump=$(find_cuobjdump) || { echo "sass_check: skipped: no cuobjdump (pip install nvidia-cuda-cuobjdump)"; exit 77; }
+}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+members=$(ar t "$lib" | grep -E '^sm90_fwd_.*\.o$')
+[ -n "$members" ] || { echo "sass_check: skipped: no sm90 kernel objects in $lib"; exit 77; }
+(cd "$work" && ar x "$(realpath "$lib")" $members)
+fail=0
+n=0
+for obj in "$work"/*.o; do
+  usage=$("$cuobjdump" -res-usage -arch sm_90a "$obj" 2>/dev/null)
+  sass=$("$cuobjdump" -sass -arch sm_90a "$obj" 2>/dev/null)
+  for k in $(grep -o 'Function _ZN9flashattn4cuda4sm90[^:]*' <<<"$usage" | sed 's/^Function //' | sort -u); do
+    n=$((n + 1))
+    res=$(grep -A1 "Function $k:" <<<"$usage" | tail -1)
+    body=$(awk -v k="$k" '/Function : / { on = ($3 == k) } on' <<<"$sass")
+    hgmma=$(grep -c 'HGMMA' <<<"$body")
+    tma=$(grep -c 'UTMALDG' <<<"$body")
+    local_ops=$(grep -cE '[^A-Z](LDL|STL)[ .]' <<<"$body")
+    name=$(c++filt "$k" 2>/dev/null | sed 's/(.*//')
+    if [ "$hgmma" -eq 0 ] || [ "$tma" -eq 0 ] || [ "$local_ops" -ne 0 ] || ! grep -q 'STACK:0 .*LOCAL:0' <<<"$res"; then
+      echo "FAIL ${name:-$k}: HGMMA $hgmma, UTMALDG $tma, LDL/STL $local_ops;$res"
+      fail=1
+    else
+      echo "ok   ${name:-$k}: HGMMA $hgmma, UTMALDG $tma, no local memory, $(grep -o 'REG:[0-9]*' <<<"$res")"
+    fi
+  done
+done
+[ "$n" -gt 0 ] || { echo "sass_check: skipped: no sm_90a kernel in $lib"; exit 77; }
+echo "sass_check: $n sm90 kernels, $([ $fail = 0 ] && echo "all pass" || echo "FAILURES")"
+exit $fail

@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -673,6 +674,32 @@ __global__ void __launch_bounds__(kHandoffThreads, 1) handoff_kernel(int* out) {
       if (r + 1 < kRounds) named_barrier_arrive(kEmpty, kHandoffThreads);
     }
   }
+}
+
+// make_tile_map reuses the maps a thread encoded last: the reuse must key on everything that
+// defines a map (here the address and the box), and survive evictions.
+TEST(CudaPtxSm90, TileMapReuseKeysOnAddressAndShape) {
+  FA_REQUIRE_SM90();
+  fa_test::DeviceBuffer<uint16_t> a(64 * 256), b(64 * 256);
+  auto encode = [](const TileMapSpec& spec, CUtensorMap* map) {
+    const flashattn::Status s = make_tile_map(map, DType::bf16, spec, "reuse test");
+    ASSERT_TRUE(s.ok()) << s.message;
+  };
+  auto same = [](const CUtensorMap& x, const CUtensorMap& y) { return std::memcmp(&x, &y, sizeof(CUtensorMap)) == 0; };
+  CUtensorMap a1, b1, c1, a2, a3;
+  encode(map_2d(a.ptr, 64, 256, 64, 128, Swizzle::b128), &a1);
+  encode(map_2d(b.ptr, 64, 256, 64, 128, Swizzle::b128), &b1);
+  encode(map_2d(a.ptr, 64, 256, 64, 64, Swizzle::b128), &c1);
+  encode(map_2d(a.ptr, 64, 256, 64, 128, Swizzle::b128), &a2);
+  EXPECT_FALSE(same(a1, b1)) << "another address gave the same map";
+  EXPECT_FALSE(same(a1, c1)) << "another box gave the same map";
+  EXPECT_TRUE(same(a1, a2));
+  for (int rows = 1; rows <= 40; ++rows) {  // more maps than are kept
+    CUtensorMap other;
+    encode(map_2d(b.ptr, 64, rows, 64, 8, Swizzle::b128), &other);
+  }
+  encode(map_2d(a.ptr, 64, 256, 64, 128, Swizzle::b128), &a3);
+  EXPECT_TRUE(same(a1, a3));
 }
 
 TEST(CudaPtxSm90, NamedBarriersAndSetmaxnreg) {

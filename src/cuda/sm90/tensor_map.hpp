@@ -44,8 +44,10 @@ struct TileMapSpec {
 // and no driver.
 Status check_tile_map(DType dtype, const TileMapSpec& spec, const char* who);
 
-// check_tile_map, then *map encoded by the driver. cuda_error naming `who` when the driver entry
-// point is missing (a driver older than CUDA 12) or the driver rejects the map (with its CUresult).
+// check_tile_map, then *map encoded by the driver; a map this thread encoded recently for the same
+// (dtype, spec) — the address included — is reused without either (16 are kept). cuda_error naming
+// `who` when the driver entry point is missing (a driver older than CUDA 12) or the driver rejects
+// the map (with its CUresult).
 Status make_tile_map(CUtensorMap* map, DType dtype, const TileMapSpec& spec, const char* who);
 
 }  // namespace flashattn::cuda::sm90

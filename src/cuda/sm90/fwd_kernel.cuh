@@ -1,4 +1,4 @@
-// The sm90 forward kernel (docs/kernels-sm90.md): warp-specialized, FlashAttention-3's design.
+// The sm90 forward kernel (docs/kernels-sm90-forward.md): warp-specialized, FlashAttention-3's design.
 //
 // Persistent: one CTA per SM strides over the tiles (a tile is block_m = 64·consumers query rows of
 // one (batch, head), fwd_tile.cuh), so that one tile's loads overlap the previous tile's last

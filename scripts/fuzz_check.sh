@@ -2,7 +2,8 @@
 # The fuzzer (tests/fuzz_test.cpp) under AddressSanitizer and UndefinedBehaviorSanitizer: a CPU-only
 # build of the library and the fuzzer in its own folder, then FUZZ_ITERATIONS mutated calls
 # (default 6000, about a minute on 2 cores). Any out-of-bounds access or undefined behaviour aborts
-# the run with the sanitizer's report; the last line prints the corpus size and the crash count.
+# the run with the sanitizer's report and the seed of the call that stopped it (a SIGABRT handler in
+# the test: both sanitizers abort); the last line prints the corpus size and the crash count.
 # A longer run: FUZZ_ITERATIONS=200000 bash scripts/fuzz_check.sh (FUZZ_SEED=S replays a seed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,7 @@ cmake -S . -B "$dir" -DFLASHATTN_CUDA=OFF -DFLASHATTN_BUILD_TOOLS=OFF -DFLASHATT
 cmake --build "$dir" --target fuzz_test -j "$(nproc)" >/dev/null
 echo "fuzz: running $iterations iterations"
 rc=0
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:abort_on_error=1 \
   "$dir/tests/fuzz_test" --fuzz-iterations="$iterations" ${FUZZ_SEED:+--fuzz-seed=$FUZZ_SEED} || rc=$?
 if [ "$rc" -gt 128 ]; then echo "fuzz: crashed (signal $((rc - 128))): crash count 1"; fi
 echo "fuzz: done in $(( $(date +%s) - start )) s (exit $rc)"

@@ -10,7 +10,12 @@
 //   --fuzz-iterations=N (default 300)   --fuzz-seed=S (default: the test seed; iteration i uses S + i)
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cmath>
+#include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -23,6 +28,36 @@
 
 namespace fa_test {
 namespace {
+
+// The seed of the iteration running now. Under ASan/UBSan (scripts/fuzz_check.sh, abort_on_error=1)
+// an error aborts the process inside the call, before the test can say which iteration it was: the
+// SIGABRT handler says it (async-signal-safe: write(2) and digits by hand), then aborts as before.
+std::atomic<uint64_t> g_seed{0};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "read in a signal handler");
+
+void set_current_seed(uint64_t seed) { g_seed.store(seed, std::memory_order_relaxed); }
+
+void write_text(const char* text) {
+  std::size_t len = 0;
+  while (text[len] != 0) ++len;
+  ssize_t ignored = write(2, text, len);
+  (void)ignored;
+}
+
+void say_seed_and_abort(int) {
+  char digits[24] = {};
+  int n = 22;
+  uint64_t v = g_seed.load(std::memory_order_relaxed);
+  do {
+    digits[n--] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  write_text("[  FUZZ    ] stopped in the call of seed ");
+  write_text(digits + n + 1);
+  write_text(": replay with that --fuzz-seed and --fuzz-iterations=1\n");
+  std::signal(SIGABRT, SIG_DFL);
+  std::raise(SIGABRT);
+}
 
 using namespace flashattn;
 
@@ -208,7 +243,12 @@ TEST(Fuzz, EveryCallAnswersAndAcceptedCallsAreRight) {
   const uint64_t first = given != 0 ? given : process_seed();
   Tally tally;
   int64_t failed = 0;
+  std::signal(SIGABRT, say_seed_and_abort);
+  std::printf("[  FUZZ    ] seeds %llu .. %llu (iteration i uses the first + i)\n", static_cast<unsigned long long>(first),
+              static_cast<unsigned long long>(first + iterations - 1));
+  std::fflush(stdout);  // before a sanitizer may abort the process
   for (int64_t i = 0; i < iterations && !HasFatalFailure(); ++i) {
+    set_current_seed(first + i);
     const int failures_before = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
     Draw d{std::mt19937_64(first + i)};
     Rng inputs(first + i);

@@ -1,6 +1,7 @@
 // A seeded fuzzer of the validation layer and the C ABI. Each iteration draws a small valid problem
 // on the host, then applies random mutations to its arguments — sizes, strides, ranks, dtype and
-// device codes, data pointers, varlen offsets and maxima, options (NaN, ±inf, huge windows), path,
+// device codes, data pointers, varlen offsets and maxima, paged K/V's block_table (entries out of the
+// pool, negative, or other pages), options (NaN, ±inf, huge windows), path,
 // workspace, and for the C ABI struct_size and the options pointer — and calls the library. The
 // properties: every call returns a Status with a known code and, when refused, a message; supports(),
 // the workspace query and the run agree; nothing reads or writes outside the buffers (the CI runs
@@ -74,6 +75,7 @@ Case random_small_case(Draw& d) {
   Case c = d.chance(0.3) ? Case::varlen({int32_t(d.pick(0, 9)), int32_t(d.pick(0, 9))},
                                         {int32_t(d.pick(0, 9)), int32_t(d.pick(0, 9))}, hkv * group, hkv, dim)
                          : Case::padded(d.pick(1, 2), d.pick(0, 12), d.pick(0, 12), hkv * group, hkv, dim);
+  if (c.is_varlen() && d.chance(0.4)) c = c.paged(d.pick(1, 5));  // the forward reads k, v through a block_table
   const DType types[] = {DType::f32, DType::f16, DType::bf16};
   c = c.with(d.one_of(types));
   if (d.chance(0.3)) c = c.layout(d.chance(0.5) ? Strides::padded : Strides::permuted);
@@ -151,6 +153,7 @@ void fuzz_c_abi(Draw& d, const ForwardArgs& f, const Status& cpp) {
   fa_args a;
   fa_args_init(&a);
   a.q = to_c(f.q), a.k = to_c(f.k), a.v = to_c(f.v), a.out = to_c(f.out), a.lse = to_c(f.lse);
+  a.block_table = to_c(f.block_table);
   a.cu_seqlens_q = to_c(f.cu_seqlens_q), a.cu_seqlens_k = to_c(f.cu_seqlens_k);
   a.max_seqlen_q = f.max_seqlen_q, a.max_seqlen_k = f.max_seqlen_k;
   a.options = &o;
@@ -187,7 +190,7 @@ void fuzz_c_abi(Draw& d, const ForwardArgs& f, const Status& cpp) {
 }
 
 struct Tally {
-  int64_t accepted = 0, compared = 0;
+  int64_t accepted = 0, compared = 0, paged_accepted = 0;
 };
 
 template <class Args>
@@ -211,7 +214,8 @@ void call_and_check(Draw& d, Args a, Problem& p, const Views& v, Tally* tally) {
   } else {
     for (HostTensor* t : {&p.dq, &p.dk, &p.dv}) t->poison();
   }
-  for (HostTensor* t : {&p.q, &p.k, &p.v, &p.cu_q, &p.cu_k, &p.out, &p.lse, &p.dq, &p.dk, &p.dv}) {
+  for (HostTensor* t : {&p.q, &p.k, &p.v, &p.k_pages, &p.v_pages, &p.block_table, &p.cu_q, &p.cu_k, &p.out, &p.lse,
+                        &p.dq, &p.dk, &p.dv}) {
     if (t->valid()) t->snapshot();
   }
   Status run;
@@ -256,6 +260,7 @@ TEST(Fuzz, EveryCallAnswersAndAcceptedCallsAreRight) {
     Problem p = make_problem(c, inputs);
     DeviceMirror host{Backend::host()};
     const bool backward_call = d.chance(0.4);
+    const bool paged_call = !backward_call && c.is_paged();  // the backward refuses paged k, v: packed ones
     ForwardArgs f = p.forward_args(host);
     BackwardArgs b = p.backward_args(host);
     Views v;
@@ -264,7 +269,8 @@ TEST(Fuzz, EveryCallAnswersAndAcceptedCallsAreRight) {
       v.buffer_bytes.push_back(h.valid() ? static_cast<int64_t>(h.storage_bytes() - h.view_byte_offset()) : 0);
     };
     AttentionArgs& common = backward_call ? static_cast<AttentionArgs&>(b) : static_cast<AttentionArgs&>(f);
-    add(&common.q, p.q), add(&common.k, p.k), add(&common.v, p.v);
+    add(&common.q, p.q), add(&common.k, paged_call ? p.k_pages : p.k), add(&common.v, paged_call ? p.v_pages : p.v);
+    if (paged_call) add(&f.block_table, p.block_table);
     add(&common.cu_seqlens_q, p.cu_q), add(&common.cu_seqlens_k, p.cu_k);
     if (backward_call) {
       add(&b.out, p.out), add(&b.lse, p.lse), add(&b.dout, p.dout), add(&b.dq, p.dq), add(&b.dk, p.dk), add(&b.dv, p.dv);
@@ -277,7 +283,12 @@ TEST(Fuzz, EveryCallAnswersAndAcceptedCallsAreRight) {
         case 0: mutate_view(d, v.all[d.pick(0, v.all.size() - 1)], &v); break;
         case 1: mutate_options(d, &common.options); break;
         case 2:
-          if (c.is_varlen()) {  // offsets: the host validation reads and checks them
+          if (paged_call && d.chance(0.5)) {  // pages: out of the pool, negative, or another valid page
+            const int64_t pages = p.k_pages.view().shape[0];
+            p.block_table.set({d.pick(0, c.batch - 1), d.pick(0, p.block_table.view().shape[1] - 1)},
+                              static_cast<double>(d.pick(-3, pages + 3)));
+            v.layout_mutated = true;
+          } else if (c.is_varlen()) {  // offsets: the host validation reads and checks them
             p.cu_q.fill_i32({int32_t(d.pick(-3, 12)), int32_t(d.pick(-3, 30)), int32_t(d.pick(-3, 40))});
             v.layout_mutated = true;
           }
@@ -289,18 +300,21 @@ TEST(Fuzz, EveryCallAnswersAndAcceptedCallsAreRight) {
       }
     }
     keep_claims_within_buffers(&v);
+    const int64_t accepted_before = tally.accepted;
     if (backward_call) {
       call_and_check(d, b, p, v, &tally);
     } else {
       call_and_check(d, f, p, v, &tally);
     }
+    if (paged_call) tally.paged_accepted += tally.accepted - accepted_before;
     const int failures_now = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
     if (failures_now > failures_before && failed++ < 5) ADD_FAILURE() << "iteration " << i << ": replay with --fuzz-seed=" << first + i << " --fuzz-iterations=1";
   }
-  std::printf("[  FUZZ    ] corpus: %lld mutated calls from seed %llu; %lld accepted, %lld of them checked against the "
-              "reference; crashes: 0 (the process is still here); failing iterations: %lld\n",
+  std::printf("[  FUZZ    ] corpus: %lld mutated calls from seed %llu; %lld accepted (%lld paged), %lld of them checked "
+              "against the reference; crashes: 0 (the process is still here); failing iterations: %lld\n",
               static_cast<long long>(iterations), static_cast<unsigned long long>(first),
-              static_cast<long long>(tally.accepted), static_cast<long long>(tally.compared), static_cast<long long>(failed));
+              static_cast<long long>(tally.accepted), static_cast<long long>(tally.paged_accepted),
+              static_cast<long long>(tally.compared), static_cast<long long>(failed));
 }
 
 }  // namespace

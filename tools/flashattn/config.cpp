@@ -59,6 +59,17 @@ bool resolve_device(const Options& o, flashattn::Device* device, std::string* er
   return true;
 }
 
+// The options every command shares: calls, warm-up, check, seed, output, threads.
+void resolve_loop(const Options& o, const Defaults& d, LoopConfig* c) {
+  c->repeats = o.repeats.value_or(d.repeats);
+  c->warmup = o.warmup.value_or(d.warmup);
+  c->check = o.check;
+  c->seed = o.seed;
+  c->json = o.json;
+  c->quiet = o.quiet;
+  c->threads = o.threads;
+}
+
 }  // namespace
 
 bool resolve(const Options& o, RunConfig* c, std::string* error) {
@@ -77,13 +88,7 @@ bool resolve(const Options& o, RunConfig* c, std::string* error) {
   c->varlen = o.varlen;
   c->backward = o.backward;
   c->deterministic = o.deterministic;
-  c->repeats = o.repeats.value_or(d.repeats);
-  c->warmup = o.warmup.value_or(d.warmup);
-  c->check = o.check;
-  c->seed = o.seed;
-  c->json = o.json;
-  c->quiet = o.quiet;
-  c->threads = o.threads;
+  resolve_loop(o, d, c);
 
   // Sizes the tool itself must be able to index (the library rejects the rest with its Status).
   const int64_t hd = std::max(c->hdim_qk, c->hdim_v);
@@ -126,13 +131,7 @@ bool resolve_decode(const Options& o, DecodeConfig* c, std::string* error) {
   c->options = o.attention;
   c->num_splits = o.num_splits;
   c->path = o.path;
-  c->repeats = o.repeats.value_or(loop.repeats);
-  c->warmup = o.warmup.value_or(loop.warmup);
-  c->check = o.check;
-  c->seed = o.seed;
-  c->json = o.json;
-  c->quiet = o.quiet;
-  c->threads = o.threads;
+  resolve_loop(o, loop, c);
 
   // The int32 index arrays (cache_seqlens, block_table) and the element counts the tool indexes.
   const int64_t hd = std::max(c->hdim_qk, c->hdim_v);

@@ -19,7 +19,17 @@ struct Defaults {
 };
 Defaults defaults_for(flashattn::Device device);
 
-struct RunConfig {
+// How a command times and reports, whatever it runs (run, decode): the calls, the check against the
+// reference, the output format, the threads.
+struct LoopConfig {
+  int64_t repeats = 0, warmup = 0;
+  bool check = true;
+  uint64_t seed = 0;
+  bool json = false, quiet = false;
+  int64_t threads = 0;
+};
+
+struct RunConfig : LoopConfig {
   flashattn::Device device = flashattn::Device::cpu;
   flashattn::DType dtype = flashattn::DType::f32;
   int64_t batch = 0, heads_q = 0, heads_kv = 0;
@@ -28,11 +38,6 @@ struct RunConfig {
   flashattn::AttentionOptions options;  // as given (the library applies the defaults)
   std::string path = "auto";            // the kernel family asked for (AttentionArgs::path)
   bool varlen = false, backward = false, deterministic = false;
-  int64_t repeats = 0, warmup = 0;
-  bool check = true;
-  uint64_t seed = 0;
-  bool json = false, quiet = false;
-  int64_t threads = 0;
 };
 
 // Chooses the backend and fills the defaults. --backend auto: the backend of the --path family
@@ -50,7 +55,7 @@ struct DecodeDefaults {
 };
 DecodeDefaults decode_defaults_for(flashattn::Device device);
 
-struct DecodeConfig {
+struct DecodeConfig : LoopConfig {
   flashattn::Device device = flashattn::Device::cpu;
   flashattn::DType dtype = flashattn::DType::f32;
   int64_t batch = 0, heads_q = 0, heads_kv = 0;
@@ -63,11 +68,6 @@ struct DecodeConfig {
   flashattn::AttentionOptions options;
   int64_t num_splits = 0;
   std::string path = "auto";
-  int64_t repeats = 0, warmup = 0;
-  bool check = true;
-  uint64_t seed = 0;
-  bool json = false, quiet = false;
-  int64_t threads = 0;
 
   int64_t seqlen_k() const { return cached + new_rows; }  // keys each sequence attends to
   int64_t capacity() const { return cached + new_rows; }  // keys per sequence the cache holds

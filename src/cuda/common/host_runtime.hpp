@@ -1,6 +1,7 @@
 // Host-side helpers every CUDA entry point shares: the current device, per-device "done once"
-// flags for one-time host work (an instance's device check, its shared-memory opt-in, done by
-// opt_in_dynamic_smem), the cuda_error Status that names who failed and at what, and the 16-byte layout check of a tensor.
+// flags for one-time host work (an instance's device check, check_kernel_fits; its shared-memory
+// opt-in, opt_in_dynamic_smem), the cuda_error Status that names who failed and at what, and the
+// 16-byte layout check of a tensor.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "backend/params.hpp"
+#include "cuda/common/device_info.hpp"
 #include "flashattn/flashattn.hpp"
 
 namespace flashattn::cuda {
@@ -54,6 +56,33 @@ Status opt_in_dynamic_smem(const char* who, Kernel kernel, std::size_t smem, Dev
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return cuda_status(who, e, "raising the kernel's dynamic shared-memory limit");
   done.set(dev);
+  return Status::success();
+}
+
+// Whether `kernel` has an image for the current GPU and fits its shared memory (`smem` dynamic bytes
+// beside the kernel's static ones, against what a block may opt in to); asked once per device
+// (`checked`, e.g. a function-local static of the instance). not_supported naming `who` (and the
+// head dim instance) otherwise: the caller's plan falls back or says why.
+template <class Kernel>
+Status check_kernel_fits(const char* who, Kernel kernel, std::size_t smem, int head_dim, DeviceFlags& checked) {
+  const int current = current_device();
+  if (checked.test(current)) return Status::success();
+  DeviceInfo dev;
+  if (Status s = device_info(&dev); !s.ok()) return s;
+  cudaFuncAttributes attr{};
+  const cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // an answer, not a failure of the caller's stream
+    return Status::unsupported(std::string(who) + ": no kernel image for this GPU (compute capability " +
+                               std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) + ", " +
+                               cudaGetErrorName(e) + "); add its architecture to FLASHATTN_CUDA_ARCHS");
+  }
+  if (smem + attr.sharedSizeBytes > static_cast<std::size_t>(dev.smem_optin)) {
+    return Status::unsupported(std::string(who) + ": head dim instance " + std::to_string(head_dim) + " needs " +
+                               std::to_string(smem) + " bytes of shared memory per block; this GPU allows " +
+                               std::to_string(dev.smem_optin));
+  }
+  checked.set(current);
   return Status::success();
 }
 

@@ -32,25 +32,7 @@ Status attend_launch_traits(const AttendParams& p, cudaStream_t stream) {
 template <class Traits>
 Status attend_check_traits() {
   static DeviceFlags checked;
-  const int current = current_device();
-  if (checked.test(current)) return Status::success();
-  DeviceInfo dev;
-  FLASHATTN_TRY(device_info(&dev));
-  cudaFuncAttributes attr{};
-  const cudaError_t e = cudaFuncGetAttributes(&attr, &attend_kernel<Traits>);
-  if (e != cudaSuccess) {
-    cudaGetLastError();  // an answer, not a failure of the caller's stream
-    return Status::unsupported("cuda decode: no kernel image for this GPU (compute capability " +
-                               std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) + ", " +
-                               cudaGetErrorName(e) + "); add its architecture to FLASHATTN_CUDA_ARCHS");
-  }
-  if (Traits::kSmemBytes + attr.sharedSizeBytes > static_cast<std::size_t>(dev.smem_optin)) {
-    return Status::unsupported("cuda decode: head dim instance " + std::to_string(Traits::kHeadDim) + " needs " +
-                               std::to_string(Traits::kSmemBytes) + " bytes of shared memory per block; this GPU allows " +
-                               std::to_string(dev.smem_optin));
-  }
-  checked.set(current);
-  return Status::success();
+  return check_kernel_fits("cuda decode", &attend_kernel<Traits>, Traits::kSmemBytes, Traits::kHeadDim, checked);
 }
 
 template <class Tag, int kHeadDim>

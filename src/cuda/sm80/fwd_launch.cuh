@@ -76,26 +76,7 @@ Status fwd_launch(const FwdParams& p) {
 template <class Traits>
 Status fwd_device_check_traits() {
   static DeviceFlags checked;
-  const int current = current_device();
-  if (checked.test(current)) return Status::success();
-  DeviceInfo dev;
-  FLASHATTN_TRY(device_info(&dev));
-  cudaFuncAttributes attr{};
-  cudaError_t e = cudaFuncGetAttributes(&attr, &fwd_kernel<Traits>);
-  if (e != cudaSuccess) {
-    cudaGetLastError();  // clear it: this is an answer, not a failure of the caller's stream
-    return Status::unsupported("cuda sm80 forward: no kernel image for this GPU (compute capability " +
-                               std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) + ", " +
-                               cudaGetErrorName(e) + "); add its architecture to FLASHATTN_CUDA_ARCHS");
-  }
-  const int optin = dev.smem_optin;
-  if (Traits::kSmemBytes + attr.sharedSizeBytes > static_cast<std::size_t>(optin)) {
-    return Status::unsupported("cuda sm80 forward: head dim instance " + std::to_string(Traits::kHeadDim) + " needs " +
-                               std::to_string(Traits::kSmemBytes) + " bytes of shared memory per block; this GPU allows " +
-                               std::to_string(optin));
-  }
-  checked.set(current);
-  return Status::success();
+  return check_kernel_fits("cuda sm80 forward", &fwd_kernel<Traits>, Traits::kSmemBytes, Traits::kHeadDim, checked);
 }
 
 // The kernel of (Tag, D, masked) for this GPU: the big_smem shape's when it has one and the GPU

@@ -95,25 +95,7 @@ Status fwd_launch(const FwdParams& p) {
 template <class Traits>
 Status fwd_device_check_traits() {
   static DeviceFlags checked;
-  const int current = current_device();
-  if (checked.test(current)) return Status::success();
-  DeviceInfo dev;
-  FLASHATTN_TRY(device_info(&dev));
-  cudaFuncAttributes attr{};
-  const cudaError_t e = cudaFuncGetAttributes(&attr, &fwd_kernel<Traits>);
-  if (e != cudaSuccess) {
-    cudaGetLastError();  // an answer, not a failure of the caller's stream
-    return Status::unsupported(std::string(kFwdWho) + ": no sm_90a kernel image for this GPU (compute capability " +
-                               std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) + ", " +
-                               cudaGetErrorName(e) + ")");
-  }
-  if (Traits::kShape.smem_bytes() + attr.sharedSizeBytes > static_cast<std::size_t>(dev.smem_optin)) {
-    return Status::unsupported(std::string(kFwdWho) + ": head dim instance " + std::to_string(Traits::kD) + " needs " +
-                               std::to_string(Traits::kShape.smem_bytes()) +
-                               " bytes of shared memory per block; this GPU allows " + std::to_string(dev.smem_optin));
-  }
-  checked.set(current);
-  return Status::success();
+  return check_kernel_fits(kFwdWho, &fwd_kernel<Traits>, Traits::kShape.smem_bytes(), Traits::kD, checked);
 }
 
 template <class Tag, int kHeadDim>

@@ -59,8 +59,9 @@ Status check_sizes(const FwdParams& p, int head_dim) {
                                std::to_string(p.total_k) + " key rows: TMA's row coordinate is 32-bit (at most " +
                                std::to_string(kMaxPackedRows) + " packed rows)");
   }
-  // The kernel walks tiles in 32-bit ints, up to one grid stride (at most the SM count) past the last.
-  constexpr int64_t kMaxTiles = INT_MAX - 4096;
+  // The kernel walks tiles in 32-bit ints: rounds = (tiles + grid − 1) / grid with a grid of up to
+  // the tile count, and one stride past the last tile. (2^30 tiles hold over 8·10^12 query elements.)
+  constexpr int64_t kMaxTiles = int64_t{1} << 30;
   if (p.heads_q > INT_MAX || p.batch > INT_MAX || m_blocks * p.heads_q * p.batch > kMaxTiles) {
     return Status::unsupported(std::string(kWho) + ": batch = " + std::to_string(p.batch) + ", heads_q = " +
                                std::to_string(p.heads_q) + ", seqlen_q = " + std::to_string(p.seqlen_q) +

@@ -20,6 +20,7 @@ wrapper has no KV-cache call).
 
   python3 bench/bench_gpu.py --out results.json [--parts grid,gqa,varlen,decode,overhead] [--modes fwd,bwd]
       [--hdims 64,128,256] [--seqlens 512,...,16384] [--dtypes bf16] [--reps 30] [--lib build/libflashattn_c.so]
+      [--path auto|sm90|sm80|...]   (the family flashattn's grid, GQA and varlen rows run on; default auto)
   python3 bench/bench_gpu.py --smoke --out /tmp/x.json [--lib cpu-build/libflashattn_c.so]
       one tiny cell of each part on CPU tensors with a perf_counter timer (rows that need CUDA skip)
 """
@@ -40,6 +41,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+FAMILY = "auto"  # --path: the kernel family the grid, GQA and varlen cells ask flashattn for
 sys.path.insert(0, BENCH_DIR)
 from flashattn_ctypes import FlashAttn  # noqa: E402
 from summarize import markdown  # noqa: E402
@@ -257,7 +259,7 @@ def prepare_library(fa, impl, cell, x, base):
     out = torch.empty(*x.q.shape[:-1], x.v.shape[-1], device=device, dtype=x.q.dtype)
     lse = torch.empty(x.lse_shape(), device=device)
     try:
-        a = fa.args(x.q, x.k, x.v, out=out, lse=lse, causal=causal, **x.varlen_kwargs())
+        a = fa.args(x.q, x.k, x.v, out=out, lse=lse, causal=causal, path=FAMILY, **x.varlen_kwargs())
         # What the C calls read or write by pointer stays alive as long as the returned dict: the
         # workspaces, and out and lse, which the backward reads (freed, their memory would be reused
         # by the next cell's allocations and the backward would read whatever those hold).
@@ -270,7 +272,7 @@ def prepare_library(fa, impl, cell, x, base):
             fa.forward(a)
             dq, dk, dv = torch.empty_like(x.q), torch.empty_like(x.k), torch.empty_like(x.v)
             ab = fa.args(x.q, x.k, x.v, out=out, lse=lse, dout=x.dout, dq=dq, dk=dk, dv=dv, causal=causal,
-                         **x.varlen_kwargs())
+                         path=FAMILY, **x.varlen_kwargs())
             keep.append(fa.with_workspace(ab, True, device))
             path = fa.path(ab, backward=True)
             fn = lambda: fa.backward(ab)  # noqa: E731
@@ -292,10 +294,10 @@ def prepare_python(cell, x, base):
     if x.varlen:
         m = x.max_seqlen
         call = lambda q, k, v: flashattn.flash_attn_varlen_func(  # noqa: E731
-            q, k, v, x.cu_seqlens, x.cu_seqlens, m, m, causal=causal)
+            q, k, v, x.cu_seqlens, x.cu_seqlens, m, m, causal=causal, path=FAMILY)
     else:
-        call = lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=causal)  # noqa: E731
-    path = flashattn.forward_path(x.q, x.k, x.v, causal=causal, **x.varlen_kwargs())
+        call = lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=causal, path=FAMILY)  # noqa: E731
+    path = flashattn.forward_path(x.q, x.k, x.v, causal=causal, path=FAMILY, **x.varlen_kwargs())
     try:
         if cell["mode"] == "fwd":
             fn = lambda: call(x.q, x.k, x.v)  # noqa: E731
@@ -724,6 +726,8 @@ def parse_args():
     p.add_argument("--hdims", default="64,128,256", help="grid only")
     p.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384", help="grid only")
     p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--path", default="auto", help="kernel family flashattn runs the grid, GQA and varlen cells on "
+                   "(auto, sm90, sm80, cpu, ...): a family that refuses a cell gives its rows the reason as the error")
     p.add_argument("--lib", default=None, help="libflashattn_c.so (default $FLASHATTN_C_LIB or build/...)")
     p.add_argument("--anchors", default=None, help="anchors JSON to print goal ratios beside ours")
     p.add_argument("--variant", action="append", default=[], metavar="NAME=LIB",
@@ -760,7 +764,9 @@ def load_library(args):
 
 
 def main():
+    global FAMILY
     args = parse_args()
+    FAMILY = args.path
     device = "cpu" if args.smoke else "cuda"
     if flashattn is None:
         print(f"warning: import flashattn failed ({FLASHATTN_IMPORT_ERROR}): the flashattn-py rows carry the "

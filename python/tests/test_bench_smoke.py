@@ -30,3 +30,18 @@ def test_bench_smoke_writes_every_part(tmp_path):
     summary = subprocess.run([sys.executable, os.path.join(BENCH, "summarize.py"), str(out)], check=True,
                              capture_output=True, text=True).stdout
     assert "flashattn-py" in summary and "overhead-fwd-bwd" in summary and "| 2 | 100 | 4 | page 16 |" in summary
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(BENCH, "bench_gpu.py")), reason="no bench/ beside python/")
+def test_bench_smoke_path_picks_the_family(tmp_path):
+    """--path: the grid rows run on the family named; one that refuses the cells gives every flashattn row
+    its reason instead of a time (here sm80 on CPU tensors)."""
+    def rows(path):
+        out = tmp_path / f"{path}.json"
+        subprocess.run([sys.executable, os.path.join(BENCH, "bench_gpu.py"), "--smoke", "--parts", "grid", "--path", path,
+                        "--out", str(out)], check=True, capture_output=True, text=True, timeout=600)
+        return [r for r in json.load(open(out))["rows"] if r["impl"].startswith("flashattn")]
+    cpu = rows("cpu")
+    assert cpu and all(r.get("path") == "cpu" and "error" not in r for r in cpu)
+    refused = rows("sm80")
+    assert refused and all("sm80" in r.get("error", "") and "tflops" not in r for r in refused)

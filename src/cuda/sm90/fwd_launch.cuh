@@ -38,7 +38,7 @@ inline int section_heads(const FwdParams& p) {
 }
 
 template <class Traits>
-FwdKernelParams fwd_kernel_params(const FwdParams& p) {
+FwdKernelParams fwd_kernel_params(const FwdParams& p, bool persistent) {
   FwdKernelParams k{};
   k.cu_seqlens_q = p.cu_seqlens_q;
   k.cu_seqlens_k = p.cu_seqlens_k;
@@ -56,8 +56,8 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p) {
   k.seqlen_k = fwd_has_keys(p) ? static_cast<int>(p.seqlen_k) : 0;  // no K rows: no key is ever loaded
   k.hdim_v = static_cast<int>(p.hdim_v);
   k.num_m_blocks = ceil_div(k.seqlen_q, Traits::kBlockM);
-  k.num_tiles = k.num_m_blocks * k.heads_q * k.batch;  // < 2^31: the plan checks
-  k.section_heads = fwd_persistent<Traits>(p) ? section_heads(p) : 1;
+  k.num_tiles = k.num_m_blocks * k.heads_q * k.batch;  // ≤ 2^30: the plan checks
+  k.section_heads = persistent ? section_heads(p) : 1;
   k.window_left = clamp_window(p.options.window_left);
   k.window_right = clamp_window(p.options.window_right);
   k.scores = make_score_transform(p.options);
@@ -66,13 +66,14 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p) {
 
 template <class Traits>
 Status fwd_launch(const FwdParams& p) {
-  const FwdKernelParams kp = fwd_kernel_params<Traits>(p);
+  const bool persistent = fwd_persistent<Traits>(p);
+  const FwdKernelParams kp = fwd_kernel_params<Traits>(p, persistent);
   if (kp.num_tiles == 0 || fwd_map_rows_q(p) == 0) return Status::success();  // no query rows: nothing to write
   DeviceInfo dev;
   FLASHATTN_TRY(device_info(&dev));
-  const int ctas = fwd_persistent<Traits>(p) && dev.num_sms < kp.num_tiles ? dev.num_sms : kp.num_tiles;
+  const int ctas = persistent && dev.num_sms < kp.num_tiles ? dev.num_sms : kp.num_tiles;
 
-  // Encoded per call (a few microseconds of host time each); K and V only when there are keys.
+  // K and V only when there are keys (make_tile_map reuses a map this thread encoded recently).
   const FwdMapSpecs specs = fwd_map_specs(p, Traits::kShape);
   CUtensorMap tm_q{}, tm_k{}, tm_v{};
   FLASHATTN_TRY(make_tile_map(&tm_q, p.dtype, specs.q, kFwdWho));

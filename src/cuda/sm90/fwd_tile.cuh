@@ -91,8 +91,7 @@ struct FwdTile {
 //     the previous tile's last products and epilogue.
 //   - one CTA per tile (G = the tile count, sections of one head) when tiles differ (causal or
 //     local masks, varlen): the hardware hands the next CTA to whichever SM frees up first, which a
-//     static stride cannot match (with 128 query blocks per head and 132 SMs, CTA 0 would take only
-//     the longest causal blocks: 0.65x cuDNN at f11247d, with a snake over head sections).
+//     static stride cannot match (docs/kernels-sm90-forward.md, "what did not work").
 __device__ __forceinline__ int cta_tile(int round) {
   return round * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x);
 }

@@ -38,6 +38,16 @@ std::vector<std::string> failures_of(const std::function<void()>& f) {
   return ::testing::AssertionFailure() << "no failure mentions \"" << needle << "\"; failures:" << all;
 }
 
+// A failure mentioning any of the needles.
+::testing::AssertionResult has_failure(const std::vector<std::string>& failures, const std::vector<std::string>& needles) {
+  for (const auto& needle : needles) {
+    if (has_failure(failures, needle)) return ::testing::AssertionSuccess();
+  }
+  ::testing::AssertionResult r = ::testing::AssertionFailure() << "no failure mentions any of";
+  for (const auto& needle : needles) r << " \"" << needle << "\"";
+  return r;
+}
+
 // A backend that computes the same-precision naive attention of `as` (the params it was given,
 // possibly altered to model a bug) and writes it as a backend would.
 void simulate_forward(Problem& p, const FwdParams& as) {
@@ -144,7 +154,14 @@ INSTANTIATE_TEST_SUITE_P(ErrorRule, SimulatedBackend, ::testing::ValuesIn(kCases
 // Subtle kernel bugs, modelled by running the simulated backend on altered params.
 class SimulatedBug : public ::testing::TestWithParam<Case> {};
 
-void expect_bug_caught(const Case& c, const std::function<void(FwdParams*)>& bug, bool check_backward) {
+// What must report the bug: by default out, and both dq and dk.
+struct BugSigns {
+  std::vector<std::string> forward{"out breaks the error rule"};
+  std::vector<std::vector<std::string>> backward{{"dq breaks the error rule"}, {"dk breaks the error rule"}};
+};
+
+void expect_bug_caught(const Case& c, const std::function<void(FwdParams*)>& bug, bool check_backward,
+                       const BugSigns& signs = {}) {
   Rng rng;
   Problem p = make_problem(c, rng);
   FwdParams fp = p.host_forward_params();
@@ -152,13 +169,12 @@ void expect_bug_caught(const Case& c, const std::function<void(FwdParams*)>& bug
   bug(&fp);
   bug(&bp);
   simulate_forward(p, fp);
-  EXPECT_TRUE(has_failure(failures_of([&] { expect_forward_matches(p); }), "out breaks the error rule"));
+  EXPECT_TRUE(has_failure(failures_of([&] { expect_forward_matches(p); }), signs.forward));
   if (!check_backward) return;
   simulate_forward(p, p.host_forward_params());  // a correct forward, a buggy backward
   simulate_backward(p, bp);
   const auto f = failures_of([&] { expect_backward_matches(p); });
-  EXPECT_TRUE(has_failure(f, "dq breaks the error rule"));
-  EXPECT_TRUE(has_failure(f, "dk breaks the error rule"));
+  for (const auto& any_of : signs.backward) EXPECT_TRUE(has_failure(f, any_of));
 }
 
 TEST_P(SimulatedBug, CausalMaskOffByOne) {
@@ -171,8 +187,16 @@ TEST_P(SimulatedBug, WindowLeftOffByOne) {
   expect_bug_caught(c, [](FwdParams* p) { p->options.window_left = 18; }, true);
 }
 
+// In bf16 a 1 % scale moves out by about its own rounding, so on some random inputs (about 1 in 20)
+// only the LSE, which moves by ~0.01 · |score|, far above its tolerance, reports it; likewise dq and
+// dk may both stay within the rule (about 1 in 400). Caught means: the forward's out or LSE, and one
+// of the backward's dq, dk, dv.
 TEST_P(SimulatedBug, ScaleOffByOnePercent) {
-  expect_bug_caught(GetParam(), [](FwdParams* p) { p->options.softmax_scale = *p->options.softmax_scale * 1.01f; }, true);
+  BugSigns signs;
+  signs.forward = {"out breaks the error rule", "lse: "};
+  signs.backward = {{"dq breaks the error rule", "dk breaks the error rule", "dv breaks the error rule"}};
+  expect_bug_caught(
+      GetParam(), [](FwdParams* p) { p->options.softmax_scale = *p->options.softmax_scale * 1.01f; }, true, signs);
 }
 
 TEST_P(SimulatedBug, SoftcapIgnored) {

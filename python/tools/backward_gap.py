@@ -117,6 +117,7 @@ def profile_way(name, fn, calls=3):
                   f"+{ks[-1].time_range.end - m.time_range.start:8.1f} us, {len(ks)} kernels, cpu "
                   f"{m.time_range.end - m.time_range.start:8.1f} us")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=60))
+    print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=8, max_name_column_width=60))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 // cap, seqlen_k = 0, keys past seqlen_k holding NaN (padded: rows after each sequence; varlen: packed
 // rows before and after the sequences, which must also stay unwritten in the output), and what the
 // plans refuse (f32, misaligned strides). Outputs are poisoned with NaN before each call.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -144,6 +145,12 @@ void run_and_check(const Problem& p, const char* path = "sm80") {
     GTEST_SKIP() << sup.message;  // this build did not compile the head dim
   }
   ASSERT_EQ(flashattn::forward_path(a), path) << sup.message;
+  std::size_t ws_bytes = 0;
+  ASSERT_TRUE(flashattn::forward_workspace_size(a, &ws_bytes).ok());
+  // Poisoned: the call must initialize what it reads there (the sm90 scheduler's tile counter).
+  fa_test::DeviceBuffer<uint8_t> ws(std::vector<uint8_t>(std::max<std::size_t>(ws_bytes, 1), 0xAB));
+  a.workspace = ws.ptr;
+  a.workspace_bytes = ws_bytes;
   const flashattn::Status st = flashattn::forward(a);
   ASSERT_TRUE(st.ok()) << st.message;
   FA_CUDA_OK(cudaDeviceSynchronize());

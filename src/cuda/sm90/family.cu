@@ -59,8 +59,9 @@ Status check_sizes(const FwdParams& p, int head_dim) {
                                std::to_string(p.total_k) + " key rows: TMA's row coordinate is 32-bit (at most " +
                                std::to_string(kMaxPackedRows) + " packed rows)");
   }
-  // The kernel walks tiles in 32-bit ints: rounds = (tiles + grid − 1) / grid with a grid of up to
-  // the tile count, and one stride past the last tile. (2^30 tiles hold over 8·10^12 query elements.)
+  // The kernel's scheduler counts tiles in 32-bit ints: the next tile is the current one (or the
+  // counter) plus the grid size, which stays far below 2^31. (2^30 tiles hold over 8·10^12 query
+  // elements.)
   constexpr int64_t kMaxTiles = int64_t{1} << 30;
   if (p.heads_q > INT_MAX || p.batch > INT_MAX || m_blocks * p.heads_q * p.batch > kMaxTiles) {
     return Status::unsupported(std::string(kWho) + ": batch = " + std::to_string(p.batch) + ", heads_q = " +
@@ -109,7 +110,7 @@ Status plan_forward(const FwdParams& p, Plan* plan) {
   FLASHATTN_TRY(check_layout(p, inst->head_dim));
   const int i = dtype_index(p.dtype);
   FLASHATTN_TRY(inst->fwd_check[i](p));
-  plan->workspace_bytes = 0;
+  plan->workspace_bytes = fwd_workspace_bytes(p);  // the dynamic tile scheduler's counter
   plan->set(FwdPlanDetail{inst->fwd_run[i]});
   return Status::success();
 }

@@ -1,8 +1,8 @@
 // The sm90 forward kernel (docs/kernels-sm90-forward.md): warp-specialized, FlashAttention-3's design.
 //
-// Persistent: one CTA per SM strides over the tiles (a tile is block_m = 64·consumers query rows of
-// one (batch, head), fwd_tile.cuh), so that one tile's loads overlap the previous tile's last
-// products and epilogue. Warpgroup 0 is the producer: it gives most of its registers away
+// Persistent: one CTA per SM takes tile after tile (a tile is block_m = 64·consumers query rows of
+// one (batch, head); the scheduler of fwd_tile.cuh hands them out, statically or from an atomic
+// counter), so that one tile's loads overlap the previous tile's last products and epilogue. Warpgroup 0 is the producer: it gives most of its registers away
 // (setmaxnreg) and one of its threads issues every TMA load, per tile Q once and K/V blocks through a
 // ring of mbarrier-guarded stages that runs on across tiles (fwd_producer.cuh). Warpgroups 1.. are
 // the consumers, 64 rows each, with the registers the producer gave up: the key loop on wgmma with
@@ -44,9 +44,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #if FLASHATTN_PTX_SM90A
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t bars[FwdSmem<Traits>::kBarriers];
+  __shared__ int tile_slots[FwdSmem<Traits>::kTileSlots];
   const uint32_t raw = ptx::smem_addr(smem_raw);
   const uint32_t q = (raw + kSwizzleAtomBytes - 1) / kSwizzleAtomBytes * kSwizzleAtomBytes;
-  const FwdSmem<Traits> sm{smem_raw + (q - raw), q, ptx::smem_addr(&bars[0])};
+  const FwdSmem<Traits> sm{smem_raw + (q - raw), q, ptx::smem_addr(&bars[0]), tile_slots};
 
   const int tid = static_cast<int>(threadIdx.x);
   if (tid == 0) sm.init_barriers();
@@ -61,20 +62,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   ptx::setmaxnreg_inc<Traits::kShape.consumer_registers()>();
   const int wg = warpgroup - 1, lane = tid % 32;
   const int row0 = wg * kWarpgroupRows + (tid % kWarpgroupThreads / 32) * 16;
+  const TileScheduler<Traits> scheduler{sm, p};
   TileCursor at;
-  for (int round = 0, rounds = cta_rounds(p); round < rounds; ++round) {
-    const int tile = cta_tile(round);
-    if (tile >= p.num_tiles) continue;
+  for (int j = 0;; ++j) {
+    const int tile = scheduler.take(j);
+    if (tile >= p.num_tiles) break;
     const FwdTile t = fwd_tile<Traits>(p, tile);
-    if (!t.has_rows()) continue;  // varlen: past this sequence's end (an empty one: every block)
-    ConsumerState<Traits> c;
-    c.init();
-    if (t.loads()) {
-      const Consumer<Traits> consumer{sm, t, p.scores, wg, row0, lane};
-      consumer.attend(c, at, tid - kWarpgroupThreads);
+    if (t.has_rows()) {  // else varlen: past this sequence's end (an empty one: every block)
+      ConsumerState<Traits> c;
+      c.init();
+      if (t.loads()) {
+        const Consumer<Traits> consumer{sm, t, p.scores, wg, row0, lane};
+        consumer.attend(c, at, tid - kWarpgroupThreads);
+      }
+      const Epilogue<Traits> epilogue{t, p, row0, lane};
+      epilogue.store(c, p.scores.exp_mult);
     }
-    const Epilogue<Traits> epilogue{t, p, row0, lane};
-    epilogue.store(c, p.scores.exp_mult);
     at.advance(t);
   }
 #else

@@ -20,13 +20,7 @@ namespace flashattn::cuda::sm90 {
 
 inline constexpr const char* kFwdWho = "cuda sm90 forward";
 
-// Whether the grid is persistent (fwd_tile.cuh, "Assignment"): only when every tile does the same work.
-template <class Traits>
-bool fwd_persistent(const FwdParams& p) {
-  return !Traits::kMasked && !p.is_varlen();
-}
-
-// (batch, head) pairs per section of the persistent grid's tile order (fwd_tile.cuh): as many as
+// (batch, head) pairs per section of the tile order (fwd_tile.cuh): as many as
 // keep the K and V they read within a third of a 50 MB L2 (H100's; H200's is larger), at least one.
 inline int section_heads(const FwdParams& p) {
   constexpr int64_t kBudget = int64_t{16} << 20;
@@ -38,7 +32,7 @@ inline int section_heads(const FwdParams& p) {
 }
 
 template <class Traits>
-FwdKernelParams fwd_kernel_params(const FwdParams& p, bool persistent) {
+FwdKernelParams fwd_kernel_params(const FwdParams& p) {
   FwdKernelParams k{};
   k.cu_seqlens_q = p.cu_seqlens_q;
   k.cu_seqlens_k = p.cu_seqlens_k;
@@ -57,7 +51,8 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p, bool persistent) {
   k.hdim_v = static_cast<int>(p.hdim_v);
   k.num_m_blocks = ceil_div(k.seqlen_q, Traits::kBlockM);
   k.num_tiles = k.num_m_blocks * k.heads_q * k.batch;  // ≤ 2^30: the plan checks
-  k.section_heads = persistent ? section_heads(p) : 1;
+  k.section_heads = section_heads(p);
+  k.tile_counter = fwd_dynamic_schedule(p) ? static_cast<int*>(p.workspace) : nullptr;
   k.window_left = clamp_window(p.options.window_left);
   k.window_right = clamp_window(p.options.window_right);
   k.scores = make_score_transform(p.options);
@@ -66,12 +61,12 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p, bool persistent) {
 
 template <class Traits>
 Status fwd_launch(const FwdParams& p) {
-  const bool persistent = fwd_persistent<Traits>(p);
-  const FwdKernelParams kp = fwd_kernel_params<Traits>(p, persistent);
+  const FwdKernelParams kp = fwd_kernel_params<Traits>(p);
   if (kp.num_tiles == 0 || fwd_map_rows_q(p) == 0) return Status::success();  // no query rows: nothing to write
   DeviceInfo dev;
   FLASHATTN_TRY(device_info(&dev));
-  const int ctas = persistent && dev.num_sms < kp.num_tiles ? dev.num_sms : kp.num_tiles;
+  const int ctas = dev.num_sms < kp.num_tiles ? dev.num_sms : kp.num_tiles;  // persistent
+  const auto stream = static_cast<cudaStream_t>(p.stream);
 
   // K and V only when there are keys (make_tile_map reuses a map this thread encoded recently).
   const FwdMapSpecs specs = fwd_map_specs(p, Traits::kShape);
@@ -86,8 +81,11 @@ Status fwd_launch(const FwdParams& p) {
   constexpr std::size_t smem = Traits::kShape.smem_bytes();
   static DeviceFlags opted_in;
   FLASHATTN_TRY(opt_in_dynamic_smem(kFwdWho, kernel, smem, opted_in));
-  kernel<<<dim3(static_cast<unsigned>(ctas)), dim3(Traits::kThreads), smem, static_cast<cudaStream_t>(p.stream)>>>(
-      tm_q, tm_k, tm_v, kp);
+  if (kp.tile_counter != nullptr) {
+    const cudaError_t e = cudaMemsetAsync(kp.tile_counter, 0, sizeof(int), stream);
+    if (e != cudaSuccess) return cuda_status(kFwdWho, e, "zeroing the tile counter");
+  }
+  kernel<<<dim3(static_cast<unsigned>(ctas)), dim3(Traits::kThreads), smem, stream>>>(tm_q, tm_k, tm_v, kp);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return cuda_status(kFwdWho, e, "kernel launch");
   return Status::success();

@@ -3,9 +3,17 @@
 // alone). family.cpp plans; these run.
 #pragma once
 
+#include <cstddef>
+
 #include "backend/params.hpp"
 
 namespace flashattn::cuda::sm90 {
+
+// How the persistent grid's CTAs take their tiles (fwd_tile.cuh, TileScheduler): statically where
+// every tile does the same work (padded batches without a mask), else from a tile counter in the
+// workspace, zeroed by the launch. The plan sizes the workspace by the same rule.
+inline bool fwd_dynamic_schedule(const FwdParams& p) { return mask_of(p.options).has_mask() || p.is_varlen(); }
+inline std::size_t fwd_workspace_bytes(const FwdParams& p) { return fwd_dynamic_schedule(p) ? sizeof(int) : 0; }
 
 // Builds the tensor maps and launches the kernel of (Tag, D) on params.stream; never synchronizes.
 // The params have passed the plan (cc 9.0, padded batch, head dims ≤ D, layouts TMA accepts).

@@ -23,14 +23,14 @@ __device__ __forceinline__ void load_rows(uint32_t dst, uint32_t chunk_bytes, ui
   }
 }
 
-// One tile: Q once the consumers are done with the previous tile's Q, then its key blocks.
+// One tile: K of its first block, Q once the consumers are done with the previous tile's Q (K
+// first: its stage frees before Q's buffer, which is released after the previous tile's last
+// Q·Kᵀ), then the other blocks.
 template <class Traits>
 __device__ __forceinline__ void load_tile(const FwdSmem<Traits>& sm, const FwdTile& t, const TileCursor& at,
                                           const CUtensorMap* tm_q, const CUtensorMap* tm_k, const CUtensorMap* tm_v) {
   if (!t.loads()) return;  // the consumers write out 0, lse +inf (or nothing) without waiting
   const Ring<Traits> ring{at.loads};
-  ptx::mbarrier_wait(sm.q_empty(), (at.q_tiles & 1) ^ 1);
-  load_rows<Traits>(sm.q, Traits::kQChunkBytes, Traits::kQBytes, tm_q, sm.q_full(), t.q_row, t.head, t.tma_batch);
   auto load_k = [&](int i) {
     ptx::mbarrier_wait(sm.k_empty(ring.stage(i)), ring.empty_parity(i));
     load_rows<Traits>(sm.k_tile(ring.stage(i)), Traits::kKVChunkBytes, Traits::kKVBytes, tm_k,
@@ -42,6 +42,8 @@ __device__ __forceinline__ void load_tile(const FwdSmem<Traits>& sm, const FwdTi
                       sm.v_full(ring.stage(i)), t.k_row + t.key_block(i) * Traits::kBlockN, t.head_kv, t.tma_batch);
   };
   load_k(0);
+  ptx::mbarrier_wait(sm.q_empty(), (at.q_tiles & 1) ^ 1);
+  load_rows<Traits>(sm.q, Traits::kQChunkBytes, Traits::kQBytes, tm_q, sm.q_full(), t.q_row, t.head, t.tma_batch);
   for (int i = 1; i < t.n_blocks; ++i) {
     load_k(i);
     load_v(i - 1);
@@ -49,20 +51,25 @@ __device__ __forceinline__ void load_tile(const FwdSmem<Traits>& sm, const FwdTi
   load_v(t.n_blocks - 1);
 }
 
-// Every tile of this CTA (the grid strides over the tiles).
+// Every tile of this CTA, as the scheduler hands them out; each tile index goes to the consumers
+// before its loads (the one past the last tells them to stop).
 template <class Traits>
 __device__ __forceinline__ void load_tiles(const FwdSmem<Traits>& sm, const FwdKernelParams& p, const CUtensorMap* tm_q,
                                            const CUtensorMap* tm_k, const CUtensorMap* tm_v) {
   ptx::tma_prefetch_descriptor(tm_q);
   ptx::tma_prefetch_descriptor(tm_k);
   ptx::tma_prefetch_descriptor(tm_v);
+  const TileScheduler<Traits> scheduler{sm, p};
   TileCursor at;
-  for (int round = 0, rounds = cta_rounds(p); round < rounds; ++round) {
-    const int tile = cta_tile(round);
-    if (tile >= p.num_tiles) continue;
+  for (int j = 0, tile = scheduler.first();; ++j) {
+    scheduler.publish(j, tile);
+    if (tile >= p.num_tiles) break;
     const FwdTile t = fwd_tile<Traits>(p, tile);
     load_tile(sm, t, at, tm_q, tm_k, tm_v);
     at.advance(t);
+    // After the tile's loads are issued: the producer then waits for a free stage anyway, which
+    // hides the counter's latency (and nothing stays live across the loads: 24 registers here).
+    tile = scheduler.next(tile);
   }
 }
 

@@ -34,9 +34,12 @@ struct FwdShape {
     return kSwizzleAtomBytes + q_bytes() + 2 * std::size_t(stages) * kv_tile_bytes();
   }
   // Registers per thread after setmaxnreg: the producer gives its share to the consumers, which
-  // hold O (D/2 floats), S (block_n/2) and P (block_n/4) per thread (FlashAttention-3's split).
-  constexpr int producer_registers() const { return consumers == 2 ? 24 : 32; }
-  constexpr int consumer_registers() const { return consumers == 2 ? 240 : 160; }
+  // hold O (D/2 floats), S (block_n/2) and P (block_n/4) per thread. The producer keeps 32 (its tile
+  // loop with the scheduler spilled at FlashAttention-3's 24); the consumers take what that leaves
+  // of the launch's pool: two consumers 232 (384 threads × 168 at launch − 128 × 32, over 256 threads,
+  // a multiple of 8), three 160 (512 × 128 − 128 × 32 over 384).
+  constexpr int producer_registers() const { return 32; }
+  constexpr int consumer_registers() const { return consumers == 2 ? 232 : 160; }
 };
 
 // FlashAttention-3's tiles, measured there. D = 64: three consumers (192 × 128: more math per K/V

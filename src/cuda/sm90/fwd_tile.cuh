@@ -28,7 +28,9 @@ struct FwdKernelParams {
   int hdim_v;                      // columns of O written (≤ D)
   int num_m_blocks;                // ceil(seqlen_q / block_m)
   int num_tiles;                   // num_m_blocks·heads_q·batch; the (persistent) grid walks them
-  int section_heads;               // (batch, head) pairs per section of the tile order (cta_tile)
+  int section_heads;               // (batch, head) pairs per section of the tile order (fwd_tile)
+  int* tile_counter;               // dynamic schedule: tiles handed out past the first wave (zeroed
+                                   // before the launch); null: static stride (TileScheduler)
   int window_left, window_right;   // clamped (mask.cuh); < 0 unbounded; masked instances only
   ScoreTransform scores;
 };
@@ -78,27 +80,20 @@ struct FwdTile {
   __device__ bool loads() const { return has_rows() && n_blocks > 0; }
 };
 
-// The order of the tiles, and which ones a CTA takes.
+// The order of the tiles: the (batch, head) pairs in sections of p.section_heads consecutive ones
+// (sized by the host so that a section's K and V fit in L2 together); within a section, query
+// blocks from the last (the longest under a causal mask) to the first, each over the section's
+// heads. With sections of one head this is head by head, longest block first.
 //
-// Order: the (batch, head) pairs in sections of p.section_heads consecutive ones; within a section,
-// query blocks from the last (the longest under a causal mask) to the first, each over the
-// section's heads. With sections of one head this is head by head, longest block first.
-//
-// Assignment: CTA c takes tiles c, c + G, c + 2G, ... (G = gridDim.x). The host picks one of two
-// grids (fwd_launch.cuh):
-//   - persistent (G = the SM count, sections sized so that their K and V fit in L2 together) when
-//     every tile does the same work: padded batches without a mask. One tile's loads then overlap
-//     the previous tile's last products and epilogue.
-//   - one CTA per tile (G = the tile count, sections of one head) when tiles differ (causal or
-//     local masks, varlen): the hardware hands the next CTA to whichever SM frees up first, which a
-//     static stride cannot match (docs/kernels-sm90-forward.md, "what did not work").
-__device__ __forceinline__ int cta_tile(int round) {
-  return round * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x);
-}
-__device__ __forceinline__ int cta_rounds(const FwdKernelParams& p) {
-  return (p.num_tiles + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
-}
-
+// Which tiles a CTA takes (TileScheduler): the grid is persistent (one CTA per SM, or fewer when
+// there are fewer tiles), and CTA c starts with tile c. After that:
+//   - static (p.tile_counter null): tiles c + G, c + 2G, ... (G = gridDim.x), where every tile does
+//     the same work: padded batches without a mask;
+//   - dynamic: the next tile is G + atomicAdd(counter, 1), so whichever CTA finishes first takes
+//     the next longest tile (FlashAttention-3's scheduler), where tiles differ (causal or local
+//     masks, varlen). A static stride was 1.7× imbalanced there (docs/kernels-sm90-forward.md).
+// The producer's thread schedules and hands each tile index to the consumers through a two-slot
+// ring in shared memory (FwdSmem: tile_full/tile_empty); a tile index ≥ num_tiles ends the CTA.
 template <class Traits>
 __device__ __forceinline__ FwdTile fwd_tile(const FwdKernelParams& p, int tile) {
   FwdTile t;
@@ -130,16 +125,19 @@ __device__ __forceinline__ FwdTile fwd_tile(const FwdKernelParams& p, int tile) 
 }
 
 // Shared memory of one CTA: Q, then the K stages, then the V stages, every tile on a swizzle atom;
-// and the mbarriers: Q full/empty, and per stage K full/empty and V full/empty. A "full" barrier
+// and the mbarriers: Q full/empty, per stage K full/empty and V full/empty, and per tile slot
+// full/empty (the slots hold the tile indices the producer hands to the consumers). A "full" barrier
 // completes when the producer's TMA bytes have landed; an "empty" one when every consumer warp has
 // finished the products that read the buffer (Q: the tile's last Q·Kᵀ, so the next tile's Q loads
 // while the consumers finish the last P·V and the epilogue).
 template <class Traits>
 struct FwdSmem {
-  static constexpr int kBarriers = 2 + 4 * Traits::kStages;
+  static constexpr int kTileSlots = 2;
+  static constexpr int kBarriers = 2 + 4 * Traits::kStages + 2 * kTileSlots;
   unsigned char* base;  // generic address of Q
   uint32_t q;           // shared-window address of Q
   uint32_t bars;        // shared-window address of the barrier array
+  int* tile_slots;      // [kTileSlots]
 
   __device__ uint32_t k_tile(int stage) const { return q + Traits::kKOffset + stage * Traits::kKVBytes; }
   __device__ uint32_t v_tile(int stage) const { return q + Traits::kVOffset + stage * Traits::kKVBytes; }
@@ -149,6 +147,8 @@ struct FwdSmem {
   __device__ uint32_t k_empty(int stage) const { return bars + 8 * (2 + Traits::kStages + stage); }
   __device__ uint32_t v_full(int stage) const { return bars + 8 * (2 + 2 * Traits::kStages + stage); }
   __device__ uint32_t v_empty(int stage) const { return bars + 8 * (2 + 3 * Traits::kStages + stage); }
+  __device__ uint32_t tile_full(int slot) const { return bars + 8 * (2 + 4 * Traits::kStages + slot); }
+  __device__ uint32_t tile_empty(int slot) const { return bars + 8 * (2 + 4 * Traits::kStages + kTileSlots + slot); }
 
   // Thread 0, before the roles split (then a __syncthreads).
   __device__ void init_barriers() const {
@@ -161,6 +161,11 @@ struct FwdSmem {
       ptx::mbarrier_init(v_full(s), 1);
       ptx::mbarrier_init(k_empty(s), kConsumerWarps);
       ptx::mbarrier_init(v_empty(s), kConsumerWarps);
+    }
+#pragma unroll
+    for (int s = 0; s < kTileSlots; ++s) {
+      ptx::mbarrier_init(tile_full(s), 1);
+      ptx::mbarrier_init(tile_empty(s), Traits::kConsumerThreads);  // every reader arrives
     }
     ptx::fence_mbarrier_init();
   }
@@ -188,6 +193,39 @@ struct TileCursor {
     if (!t.loads()) return;
     loads += t.n_blocks;
     ++q_tiles;
+  }
+};
+
+// The tile sequence of a CTA (see "Which tiles a CTA takes" above). The producer's thread calls
+// publish() per tile, the consumers take() it: tile j of the CTA goes through slot j % 2, whose
+// full/empty phases count the CTA's tiles like a ring of two stages.
+template <class Traits>
+struct TileScheduler {
+  const FwdSmem<Traits>& sm;
+  const FwdKernelParams& p;
+  static constexpr int kSlots = FwdSmem<Traits>::kTileSlots;
+
+  __device__ int first() const { return static_cast<int>(blockIdx.x); }
+  // The tile after `tile`; dynamic: a new one from the counter.
+  __device__ int next(int tile) const {
+    return p.tile_counter != nullptr ? static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1)
+                                     : tile + static_cast<int>(gridDim.x);
+  }
+  // Producer, tile j of the CTA: once every consumer thread has read slot j % 2's previous tile.
+  __device__ void publish(int j, int tile) const {
+    const int slot = j % kSlots;
+    ptx::mbarrier_wait(sm.tile_empty(slot), ((j / kSlots) & 1) ^ 1);
+    sm.tile_slots[slot] = tile;
+    ptx::mbarrier_arrive(sm.tile_full(slot));  // release: the slot's store is visible to the waiters
+  }
+  // Consumer thread, tile j of the CTA: waits for its index, reads it and hands the slot back (each
+  // reader arrives itself, so its read is ordered before the producer's next write of the slot).
+  __device__ int take(int j) const {
+    const int slot = j % kSlots;
+    ptx::mbarrier_wait(sm.tile_full(slot), (j / kSlots) & 1);
+    const int tile = sm.tile_slots[slot];
+    ptx::mbarrier_arrive(sm.tile_empty(slot));
+    return tile;
   }
 };
 

@@ -110,11 +110,12 @@ Status run(const Args& args) try {
   if (!status.ok()) return status;
   status = provide_workspace(args, plan, &params);
   if (!status.ok()) return status;
-  if (params.workspace_bytes < plan.workspace_bytes) {
+  const bool served_without = plan.workspace_optional && params.workspace == nullptr && params.workspace_bytes == 0;
+  if (!served_without && params.workspace_bytes < plan.workspace_bytes) {
     return Status::invalid("workspace_bytes = " + std::to_string(params.workspace_bytes) + " is below the " +
                            std::to_string(plan.workspace_bytes) + " bytes this call needs (see *_workspace_size)");
   }
-  if (plan.workspace_bytes > 0 && params.workspace == nullptr) {
+  if (!served_without && plan.workspace_bytes > 0 && params.workspace == nullptr) {
     return Status::invalid("workspace: null, but this call needs " + std::to_string(plan.workspace_bytes) + " bytes");
   }
   const Direction<Params>& d = direction_of<Params>(*plan.family);

@@ -21,6 +21,10 @@ struct Plan {
 
   const Family* family = nullptr;
   std::size_t workspace_bytes = 0;
+  // The run also works with no workspace at all (null, 0 bytes), only slower: then a caller that
+  // neither passes one nor gives an allocator is served, not refused (the sm90 forward's tile
+  // counter: without it, one CTA per tile). A workspace that is given must still be large enough.
+  bool workspace_optional = false;
   alignas(16) unsigned char detail[kDetailBytes] = {};
 
   template <class Detail>
@@ -41,7 +45,8 @@ template <class Params>
 struct Direction {
   // ok with *plan filled (workspace_bytes, detail), or the reason this family cannot run params.
   Status (*plan)(const Params& params, Plan* plan) = nullptr;
-  // Runs params as planned; the workspace (params.workspace, ≥ plan.workspace_bytes) is checked.
+  // Runs params as planned; the workspace (params.workspace, ≥ plan.workspace_bytes) is checked
+  // (params.workspace may be null where plan.workspace_optional).
   Status (*run)(const Plan& plan, const Params& params) = nullptr;
 };
 

@@ -30,6 +30,7 @@ struct Problem {
                         // batch stride, never in the view): a kernel that reads them poisons the output
   int varlen_pad = 0;   // varlen: packed rows of no sequence before cu_seqlens[0] and after cu_seqlens[batch],
                         // NaN in q, k and v; the output rows (and lse entries) there must stay NaN
+  bool no_workspace = false;  // pass none where the plan's is optional (sm90: one CTA per tile then)
 };
 
 // Float64 attention of one (sequence, head); rows with no visible key: out 0, lse +inf.
@@ -149,8 +150,10 @@ void run_and_check(const Problem& p, const char* path = "sm80") {
   ASSERT_TRUE(flashattn::forward_workspace_size(a, &ws_bytes).ok());
   // Poisoned: the call must initialize what it reads there (the sm90 scheduler's tile counter).
   fa_test::DeviceBuffer<uint8_t> ws(std::vector<uint8_t>(std::max<std::size_t>(ws_bytes, 1), 0xAB));
-  a.workspace = ws.ptr;
-  a.workspace_bytes = ws_bytes;
+  if (!p.no_workspace) {
+    a.workspace = ws.ptr;
+    a.workspace_bytes = ws_bytes;
+  }
   const flashattn::Status st = flashattn::forward(a);
   ASSERT_TRUE(st.ok()) << st.message;
   FA_CUDA_OK(cudaDeviceSynchronize());
@@ -291,6 +294,15 @@ TEST(CudaFwdSm90, CausalHdim128) {
   p.d = p.dv = 128;
   run_sm90(p);
 }
+TEST(CudaFwdSm90, CausalHdim128NoWorkspace) {  // the counter's workspace is optional
+  Problem p;
+  p.causal = true;
+  p.sq = p.sk = 517;
+  p.h = p.hk = 2;
+  p.d = p.dv = 128;
+  p.no_workspace = true;
+  run_sm90(p);
+}
 TEST(CudaFwdSm90, CausalBottomRightShortQueries) {
   Problem p;
   p.causal = true;
@@ -363,6 +375,12 @@ TEST(CudaFwdSm90, VarlenCausalHdim128) {
 TEST(CudaFwdSm90, VarlenCausalHdim64) {
   Problem p = varlen_problem(64);
   p.causal = true;
+  run_sm90(p);
+}
+TEST(CudaFwdSm90, VarlenCausalHdim64NoWorkspace) {
+  Problem p = varlen_problem(64);
+  p.causal = true;
+  p.no_workspace = true;
   run_sm90(p);
 }
 TEST(CudaFwdSm90, VarlenWindowSoftcapHdim256Mqa) {

@@ -111,6 +111,7 @@ Status plan_forward(const FwdParams& p, Plan* plan) {
   const int i = dtype_index(p.dtype);
   FLASHATTN_TRY(inst->fwd_check[i](p));
   plan->workspace_bytes = fwd_workspace_bytes(p);  // the dynamic tile scheduler's counter
+  plan->workspace_optional = true;                  // without it: one CTA per tile (fwd_launch.cuh)
   plan->set(FwdPlanDetail{inst->fwd_run[i]});
   return Status::success();
 }

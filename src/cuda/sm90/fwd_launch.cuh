@@ -52,7 +52,7 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p) {
   k.num_m_blocks = ceil_div(k.seqlen_q, Traits::kBlockM);
   k.num_tiles = k.num_m_blocks * k.heads_q * k.batch;  // ≤ 2^30: the plan checks
   k.section_heads = section_heads(p);
-  k.tile_counter = fwd_dynamic_schedule(p) ? static_cast<int*>(p.workspace) : nullptr;
+  k.tile_counter = fwd_dynamic_schedule(p) ? static_cast<int*>(p.workspace) : nullptr;  // may be null
   k.window_left = clamp_window(p.options.window_left);
   k.window_right = clamp_window(p.options.window_right);
   k.scores = make_score_transform(p.options);
@@ -65,7 +65,10 @@ Status fwd_launch(const FwdParams& p) {
   if (kp.num_tiles == 0 || fwd_map_rows_q(p) == 0) return Status::success();  // no query rows: nothing to write
   DeviceInfo dev;
   FLASHATTN_TRY(device_info(&dev));
-  const int ctas = dev.num_sms < kp.num_tiles ? dev.num_sms : kp.num_tiles;  // persistent
+  // Persistent; but one CTA per tile where tiles differ and the caller gave no workspace for the
+  // counter (the static stride then ends each CTA after its first tile).
+  const bool one_per_tile = fwd_dynamic_schedule(p) && kp.tile_counter == nullptr;
+  const int ctas = dev.num_sms < kp.num_tiles && !one_per_tile ? dev.num_sms : kp.num_tiles;
   const auto stream = static_cast<cudaStream_t>(p.stream);
 
   // K and V only when there are keys (make_tile_map reuses a map this thread encoded recently).

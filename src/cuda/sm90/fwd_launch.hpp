@@ -11,7 +11,9 @@ namespace flashattn::cuda::sm90 {
 
 // How the persistent grid's CTAs take their tiles (fwd_tile.cuh, TileScheduler): statically where
 // every tile does the same work (padded batches without a mask), else from a tile counter in the
-// workspace, zeroed by the launch. The plan sizes the workspace by the same rule.
+// workspace, zeroed by the launch. The plan sizes the workspace by the same rule. A caller that
+// passes no workspace (it is optional) gets one CTA per tile instead, which the hardware balances
+// but without the overlap of one tile's loads with the previous tile's end.
 inline bool fwd_dynamic_schedule(const FwdParams& p) { return mask_of(p.options).has_mask() || p.is_varlen(); }
 inline std::size_t fwd_workspace_bytes(const FwdParams& p) { return fwd_dynamic_schedule(p) ? sizeof(int) : 0; }
 

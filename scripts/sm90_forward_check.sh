@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The sm90 forward on a Hopper GPU in one call: a small build (head dims 64, 128, 256; sm_90a), its
+# The sm90 forward on a Hopper GPU in one call: a small build (head dims 64, 128, 192, 256; sm_90a), its
 # tests (forced to sm90, with sm80 beside), compute-sanitizer on a subset, the forward benchmark
 # (grid, GQA, varlen; the C API and flashattn-py beside cuDNN and FlashAttention-2 in one process),
 # and ncu on one cell per head dim. Each test command runs under a timeout, so a hang costs a minute.
@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-build,test,sanitize,bench}
 B=${BUILD_DIR:-build-sm90}
-HDIMS="64;128;256"
+HDIMS="64;128;192;256"
 BENCH_ARGS=${BENCH_ARGS:---parts grid,gqa,varlen --modes fwd}
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/check.log"; }

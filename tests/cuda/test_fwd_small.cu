@@ -337,6 +337,22 @@ TEST(CudaFwdSm90, Hdim64) {
   p.causal = true;
   run_sm90(p);
 }
+TEST(CudaFwdSm90, Hdim192Gqa) {  // 128 × 112 tiles: lengths off both
+  Problem p;
+  p.sq = 300;
+  p.sk = 250;
+  p.d = p.dv = 192;
+  run_sm90(p);
+}
+TEST(CudaFwdSm90, CausalHdim192V128) {  // DeepSeek's shape: hdim_qk 192, hdim_v 128
+  Problem p;
+  p.causal = true;
+  p.sq = 260;
+  p.sk = 333;
+  p.d = 192;
+  p.dv = 128;
+  run_sm90(p);
+}
 TEST(CudaFwdSm90, Hdim256Mqa) {
   Problem p;
   p.sq = 140;

@@ -3,7 +3,7 @@
 //
 // The forward plan accepts f16/bf16 on a compute capability 9.0 GPU with padded or varlen
 // batches (varlen: packed tensors of fewer than 2^31 rows) whose Q, K, V views TMA can tile (16-byte aligned, strides multiples of 8 elements) and
-// whose head dims fit a compiled instance (64, 128, 256; smaller ones round up). Causal, sliding
+// whose head dims fit a compiled instance (64, 128, 192, 256; others round up). Causal, sliding
 // windows, soft cap and GQA/MQA run on it. Everything else is not_supported with the reason.
 #include <climits>
 #include <string>
@@ -98,7 +98,7 @@ Status plan_forward(const FwdParams& p, Plan* plan) {
     return Status::unsupported(std::string(kWho) + ": head dim " + std::to_string(need) +
                                " (max of hdim_qk, hdim_v) has no compiled sm90 instance: this build has \"" +
                                FLASHATTN_SM90_HEADDIMS_STRING +
-                               "\" (FLASHATTN_HEADDIMS among 64, 128, 256, with 90a in FLASHATTN_CUDA_ARCHS)");
+                               "\" (FLASHATTN_HEADDIMS among 64, 128, 192, 256, with 90a in FLASHATTN_CUDA_ARCHS)");
   }
   DeviceInfo dev;
   FLASHATTN_TRY(device_info(&dev));

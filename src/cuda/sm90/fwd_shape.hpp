@@ -48,13 +48,17 @@ struct FwdShape {
 // of the fixed per-block costs: waits, turns, row reductions; S 88 + P 44 + O 64 registers; 208 KB),
 // 128 with one (the diagonal block is cut anyway). D = 256: two with 80-key blocks (O's 128 floats
 // per thread beside S stay within 240 registers; 225 KB), 64 with a mask (80 spills a word there).
+// D = 192 (also hdim_qk 192 with hdim_v 128): 128 × 112 with or without a mask (FlashAttention-3's:
+// Q 48 KB + 2 × (42 + 42) KB = 217 KB; O 96 + S 56 + P 28 registers).
 constexpr FwdShape fwd_shape(int head_dim, bool masked) {
   return head_dim <= 64    ? FwdShape{head_dim, masked ? 2 : 3, 128, 2}
          : head_dim <= 128 ? FwdShape{head_dim, 2, masked ? 128 : 176, 2}
+         : head_dim <= 192 ? FwdShape{head_dim, 2, 112, 2}
                            : FwdShape{head_dim, 2, masked ? 64 : 80, 2};
 }
 
 // The head dims the sm90 forward has instances for (sm90.cmake compiles those of FLASHATTN_HEADDIMS).
-constexpr bool is_fwd_head_dim(int d) { return d == 64 || d == 128 || d == 256; }
+// 96 has none: the 128B-swizzled tiles are made of 64-column chunks, so it rounds up to 128.
+constexpr bool is_fwd_head_dim(int d) { return d == 64 || d == 128 || d == 192 || d == 256; }
 
 }  // namespace flashattn::cuda::sm90

@@ -2,13 +2,13 @@
 # the registry and plan in family.cu, no device code) compiles whatever FLASHATTN_CUDA_ARCHS holds,
 # so the family is always in the table; its kernel instances compile for 90a alone, and only when
 # 90a is among the archs (else the registry is empty and the plan refuses, naming the build).
-# Instances: the head dims of FLASHATTN_HEADDIMS among 64, 128, 256 (smaller ones round up), f16
+# Instances: the head dims of FLASHATTN_HEADDIMS among 64, 128, 192, 256 (others round up), f16
 # and bf16, one translation unit each holding the unmasked and the masked kernel.
 # Included from src/cuda/CMakeLists.txt.
 target_sources(flashattn PRIVATE ${CMAKE_CURRENT_LIST_DIR}/tensor_map.cpp)
 
 set(FLASHATTN_SM90_HEADDIMS "")
-set(_fa_sm90_supported_headdims 64 128 256)
+set(_fa_sm90_supported_headdims 64 128 192 256)
 set(_fa_sm90_dir ${CMAKE_CURRENT_LIST_DIR})
 if("90a" IN_LIST FLASHATTN_CUDA_ARCHS)
   foreach(d IN LISTS FLASHATTN_HEADDIMS)

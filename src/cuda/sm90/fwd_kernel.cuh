@@ -2,11 +2,13 @@
 //
 // Persistent: one CTA per SM takes tile after tile (a tile is block_m = 64·consumers query rows of
 // one (batch, head); the scheduler of fwd_tile.cuh hands them out, statically or from an atomic
-// counter), so that one tile's loads overlap the previous tile's last products and epilogue. Warpgroup 0 is the producer: it gives most of its registers away
-// (setmaxnreg) and one of its threads issues every TMA load, per tile Q once and K/V blocks through a
+// counter), so that one tile's loads overlap the previous tile's last products and epilogue.
+// Warpgroup 0 is the producer: it gives most of its registers away (setmaxnreg) and one of its
+// threads schedules the tiles and issues every TMA load, per tile Q once and K/V blocks through a
 // ring of mbarrier-guarded stages that runs on across tiles (fwd_producer.cuh). Warpgroups 1.. are
-// the consumers, 64 rows each, with the registers the producer gave up: the key loop on wgmma with
-// softmax/product overlap and ping-pong (fwd_consumer.cuh), then the epilogue (fwd_epilogue.cuh).
+// the consumers, 64 rows each, with the registers the producer gave up: they take each tile index
+// from the producer, run the key loop on wgmma with softmax/product overlap and ping-pong
+// (fwd_consumer.cuh), then the epilogue (fwd_epilogue.cuh).
 //
 // Padded batches: keys past seqlen_k are never read from memory: the tensor maps end at seqlen_k
 // (TMA fills zeros), and the mask sets their scores to −inf.

@@ -1,0 +1,76 @@
+"""Where a short forward through flash_attn_func loses to the C API (the sm90 grid's 512-1k cells:
+C API 1.04-1.18x cuDNN, flash_attn_func 0.94-1.0x): one cell, timed four ways in one process,
+interleaved, CUDA events around each call (GPU idle before, as the benchmark):
+  c-api         fa_forward through ctypes, outputs and workspace preallocated
+  py            flashattn.flash_attn_func (what the benchmark's flashattn-py times)
+  sdpa-cudnn    PyTorch SDPA, cuDNN backend (the benchmark's cudnn)
+  sdpa-flash    PyTorch SDPA, flash backend (torch-flash)
+With --profile, per way: from the call's start to its first kernel and to its last kernel's end, the
+kernels' GPU time and the CUDA runtime calls (backward_gap.py's profile_way).
+
+  python python/tools/forward_gap.py --lib build/libflashattn_c.so [--seqlen 512 --hdim 64 --causal]
+"""
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashattn
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+from backward_gap import profile_way, timed  # noqa: E402
+from flashattn_ctypes import FlashAttn  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--lib", required=True)
+    p.add_argument("--seqlen", type=int, default=512)
+    p.add_argument("--hdim", type=int, default=64)
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--profile", action="store_true")
+    a = p.parse_args()
+    s, d = a.seqlen, a.hdim
+    b, h = 16384 // s, 2048 // d
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    fa = FlashAttn(a.lib)
+    out = torch.empty_like(q)
+    lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+    args = fa.args(q, k, v, out, lse, causal=a.causal)
+    keep = fa.with_workspace(args, False, q.device)  # noqa: F841 (the sm90 tile counter)
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+
+    def sdpa(backend):
+        def call():
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(qt, kt, vt, is_causal=a.causal)
+        return call
+
+    ways = {
+        "c-api": lambda: fa.forward(args),
+        "py": lambda: flashattn.flash_attn_func(q, k, v, causal=a.causal),
+        "sdpa-cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+        "sdpa-flash": sdpa(SDPBackend.FLASH_ATTENTION),
+    }
+    for fn in ways.values():
+        fn()
+    times = {n: [] for n in ways}
+    for r in range(a.reps):
+        for n in (list(ways) if r % 2 == 0 else reversed(list(ways))):
+            times[n].append(timed(ways[n]))
+    flops = 4 * b * h * s * s * d / (2 if a.causal else 1)
+    for n, t in times.items():
+        m = sorted(t)[len(t) // 2]
+        print(f"{n:12s} {m * 1000:9.1f} us  {flops / m / 1e9:7.1f} TFLOP/s")
+    if a.profile:
+        for n, fn in ways.items():
+            profile_way(n, fn)
+
+
+if __name__ == "__main__":
+    main()

@@ -303,6 +303,25 @@ TEST(CudaFwdSm90, CausalHdim128NoWorkspace) {  // the counter's workspace is opt
   p.no_workspace = true;
   run_sm90(p);
 }
+TEST(CudaFwdSm90, MisalignedWorkspaceIsRefused) {  // the tile counter is an int: never a misaligned atomic
+  FA_REQUIRE_SM90();
+  fa_test::DeviceBuffer<uint16_t> h(1 << 16);
+  fa_test::DeviceBuffer<float> lse(1 << 10);
+  fa_test::DeviceBuffer<uint8_t> ws(64);
+  flashattn::ForwardArgs a;
+  a.q = view(h.ptr, DType::bf16, {1, 128, 2, 64});
+  a.k = a.q;
+  a.v = a.q;
+  a.out = view(h.ptr + (1 << 15), DType::bf16, {1, 128, 2, 64});
+  a.lse = view(lse.ptr, DType::f32, {1, 2, 128});
+  a.options.causal = true;
+  a.path = "sm90";
+  a.workspace = ws.ptr + 1;
+  a.workspace_bytes = 8;
+  const flashattn::Status st = flashattn::forward(a);
+  EXPECT_EQ(st.code, flashattn::StatusCode::invalid_argument) << st.message;
+  EXPECT_NE(st.message.find("workspace"), std::string::npos) << st.message;
+}
 TEST(CudaFwdSm90, CausalBottomRightShortQueries) {
   Problem p;
   p.causal = true;

@@ -6,11 +6,10 @@ interleaved, CUDA events around each call (GPU idle before, as the benchmark):
   sdpa-cudnn    PyTorch SDPA, cuDNN backend (the benchmark's cudnn)
   sdpa-flash    PyTorch SDPA, flash backend (torch-flash)
 With --profile, per way: from the call's start to its first kernel and to its last kernel's end, the
-kernels' GPU time and the CUDA runtime calls (backward_gap.py's profile_way).
+kernels' GPU time and the CUDA runtime calls (gap_timing.profile_way).
 
   python python/tools/forward_gap.py --lib build/libflashattn_c.so [--seqlen 512 --hdim 64 --causal]
 """
-import argparse
 import os
 import sys
 
@@ -20,23 +19,15 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
 
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-from backward_gap import profile_way, timed  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from flashattn_ctypes import FlashAttn  # noqa: E402
+from gap_timing import cell_args, report_interleaved  # noqa: E402
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--lib", required=True)
-    p.add_argument("--seqlen", type=int, default=512)
-    p.add_argument("--hdim", type=int, default=64)
-    p.add_argument("--causal", action="store_true")
-    p.add_argument("--reps", type=int, default=30)
-    p.add_argument("--profile", action="store_true")
-    a = p.parse_args()
-    s, d = a.seqlen, a.hdim
-    b, h = 16384 // s, 2048 // d
+    a = cell_args(__doc__, seqlen=512, hdim=64, reps=30)
+    s, d, b, h = a.seqlen, a.hdim, a.batch, a.heads
     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     fa = FlashAttn(a.lib)
     out = torch.empty_like(q)
@@ -57,19 +48,7 @@ def main():
         "sdpa-cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
         "sdpa-flash": sdpa(SDPBackend.FLASH_ATTENTION),
     }
-    for fn in ways.values():
-        fn()
-    times = {n: [] for n in ways}
-    for r in range(a.reps):
-        for n in (list(ways) if r % 2 == 0 else reversed(list(ways))):
-            times[n].append(timed(ways[n]))
-    flops = 4 * b * h * s * s * d / (2 if a.causal else 1)
-    for n, t in times.items():
-        m = sorted(t)[len(t) // 2]
-        print(f"{n:12s} {m * 1000:9.1f} us  {flops / m / 1e9:7.1f} TFLOP/s")
-    if a.profile:
-        for n, fn in ways.items():
-            profile_way(n, fn)
+    report_interleaved(ways, a.reps, 4 * b * h * s * s * d / (2 if a.causal else 1), a.profile)
 
 
 if __name__ == "__main__":

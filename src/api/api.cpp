@@ -1,4 +1,5 @@
 // The public entry points: validate → select → run. No exception leaves this file.
+#include <cstdint>
 #include <exception>
 #include <limits>
 
@@ -111,12 +112,18 @@ Status run(const Args& args) try {
   status = provide_workspace(args, plan, &params);
   if (!status.ok()) return status;
   const bool served_without = plan.workspace_optional && params.workspace == nullptr && params.workspace_bytes == 0;
-  if (!served_without && params.workspace_bytes < plan.workspace_bytes) {
-    return Status::invalid("workspace_bytes = " + std::to_string(params.workspace_bytes) + " is below the " +
-                           std::to_string(plan.workspace_bytes) + " bytes this call needs (see *_workspace_size)");
+  if (!served_without) {
+    if (params.workspace_bytes < plan.workspace_bytes) {
+      return Status::invalid("workspace_bytes = " + std::to_string(params.workspace_bytes) + " is below the " +
+                             std::to_string(plan.workspace_bytes) + " bytes this call needs (see *_workspace_size)");
+    }
+    if (plan.workspace_bytes > 0 && params.workspace == nullptr) {
+      return Status::invalid("workspace: null, but this call needs " + std::to_string(plan.workspace_bytes) + " bytes");
+    }
   }
-  if (!served_without && plan.workspace_bytes > 0 && params.workspace == nullptr) {
-    return Status::invalid("workspace: null, but this call needs " + std::to_string(plan.workspace_bytes) + " bytes");
+  if (reinterpret_cast<std::uintptr_t>(params.workspace) % plan.workspace_alignment != 0) {
+    return Status::invalid("workspace: not " + std::to_string(plan.workspace_alignment) + "-byte aligned, as the " +
+                           plan.family->name + " kernels need");
   }
   const Direction<Params>& d = direction_of<Params>(*plan.family);
   return d.run(plan, params);

@@ -25,6 +25,9 @@ struct Plan {
   // neither passes one nor gives an allocator is served, not refused (the sm90 forward's tile
   // counter: without it, one CTA per tile). A workspace that is given must still be large enough.
   bool workspace_optional = false;
+  // What the workspace's address must be a multiple of (the kernels' vector stores, atomics); the
+  // API refuses any other by name before the run.
+  std::size_t workspace_alignment = 1;
   alignas(16) unsigned char detail[kDetailBytes] = {};
 
   template <class Detail>
@@ -45,8 +48,8 @@ template <class Params>
 struct Direction {
   // ok with *plan filled (workspace_bytes, detail), or the reason this family cannot run params.
   Status (*plan)(const Params& params, Plan* plan) = nullptr;
-  // Runs params as planned; the workspace (params.workspace, ≥ plan.workspace_bytes) is checked
-  // (params.workspace may be null where plan.workspace_optional).
+  // Runs params as planned; the workspace (params.workspace, ≥ plan.workspace_bytes, aligned to
+  // plan.workspace_alignment) is checked (it may be null where plan.workspace_optional).
   Status (*run)(const Plan& plan, const Params& params) = nullptr;
 };
 

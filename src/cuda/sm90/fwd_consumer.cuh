@@ -155,7 +155,7 @@ struct Consumer {
   // The key loop of a tile that loads (t.loads()); leaves O unnormalized and the softmax state in
   // `c` (the epilogue finishes them). Q is released after the tile's last Q·Kᵀ.
   __device__ __forceinline__ void attend(ConsumerState<Traits>& c, const TileCursor& at, int tid_consumers) const {
-    const Ring<Traits> ring{at.loads};
+    const Ring<Traits::kStages> ring{at.loads};
     const int n_blocks = t.n_blocks;
     if (Traits::kPingPong && wg == 0 && n_blocks > 1) {
       ptx::named_barrier_arrive(kTurnBarrier, 2 * kWarpgroupThreads);  // consumer 0 opens round 1

@@ -31,7 +31,7 @@ template <class Traits>
 __device__ __forceinline__ void load_tile(const FwdSmem<Traits>& sm, const FwdTile& t, const TileCursor& at,
                                           const CUtensorMap* tm_q, const CUtensorMap* tm_k, const CUtensorMap* tm_v) {
   if (!t.loads()) return;  // the consumers write out 0, lse +inf (or nothing) without waiting
-  const Ring<Traits> ring{at.loads};
+  const Ring<Traits::kStages> ring{at.loads};
   auto load_k = [&](int i) {
     ptx::mbarrier_wait(sm.k_empty(ring.stage(i)), ring.empty_parity(i));
     load_rows<Traits>(sm.k_tile(ring.stage(i)), Traits::kKVChunkBytes, Traits::kKVBytes, tm_k,
@@ -69,7 +69,7 @@ __device__ __forceinline__ void load_tiles(const FwdSmem<Traits>& sm, const FwdK
     load_tile(sm, t, at, tm_q, tm_k, tm_v);
     at.advance(t);
     // After the tile's loads are issued: the producer then waits for a free stage anyway, which
-    // hides the counter's latency (and nothing stays live across the loads: 24 registers here).
+    // hides the counter's latency (and nothing stays live across the loads: 32 registers here).
     tile = scheduler.next(tile);
   }
 }

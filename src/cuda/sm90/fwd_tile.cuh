@@ -171,16 +171,18 @@ struct FwdSmem {
   }
 };
 
-// The K/V ring runs on across the tiles of a CTA: key block i of a tile is load number base + i of
-// the CTA, which uses stage (base + i) % stages in its ((base + i) / stages)-th round. The consumers
-// wait for that round's phase of "full"; the producer, before refilling, for the previous round's
-// phase of "empty" (on a fresh barrier the phase before the first counts as complete). Q is a ring
-// of one stage counted in tiles that load.
-template <class Traits>
+// A ring of kDepth buffers guarded by full/empty mbarriers: use number base + i goes to buffer
+// (base + i) % kDepth in its ((base + i) / kDepth)-th round. The consumers wait for that round's
+// phase of "full"; the producer, before refilling, for the previous round's phase of "empty" (on a
+// fresh barrier the phase before the first counts as complete). The K/V ring (kStages) runs on
+// across the tiles of a CTA: key block i of a tile is load base + i, base the loads of the CTA's
+// earlier tiles. Q is a ring of one stage counted in tiles that load; the tile slots
+// (TileScheduler) one of two counted in tiles.
+template <int kDepth>
 struct Ring {
-  int base;  // loads of the CTA's earlier tiles
-  __device__ int stage(int i) const { return (base + i) % Traits::kStages; }
-  __device__ uint32_t full_parity(int i) const { return ((base + i) / Traits::kStages) & 1; }
+  int base;
+  __device__ int stage(int i) const { return (base + i) % kDepth; }
+  __device__ uint32_t full_parity(int i) const { return ((base + i) / kDepth) & 1; }
   __device__ uint32_t empty_parity(int i) const { return full_parity(i) ^ 1; }
 };
 
@@ -213,16 +215,18 @@ struct TileScheduler {
   }
   // Producer, tile j of the CTA: once every consumer thread has read slot j % 2's previous tile.
   __device__ void publish(int j, int tile) const {
-    const int slot = j % kSlots;
-    ptx::mbarrier_wait(sm.tile_empty(slot), ((j / kSlots) & 1) ^ 1);
+    const Ring<kSlots> tiles{0};
+    const int slot = tiles.stage(j);
+    ptx::mbarrier_wait(sm.tile_empty(slot), tiles.empty_parity(j));
     sm.tile_slots[slot] = tile;
     ptx::mbarrier_arrive(sm.tile_full(slot));  // release: the slot's store is visible to the waiters
   }
   // Consumer thread, tile j of the CTA: waits for its index, reads it and hands the slot back (each
   // reader arrives itself, so its read is ordered before the producer's next write of the slot).
   __device__ int take(int j) const {
-    const int slot = j % kSlots;
-    ptx::mbarrier_wait(sm.tile_full(slot), (j / kSlots) & 1);
+    const Ring<kSlots> tiles{0};
+    const int slot = tiles.stage(j);
+    ptx::mbarrier_wait(sm.tile_full(slot), tiles.full_parity(j));
     const int tile = sm.tile_slots[slot];
     ptx::mbarrier_arrive(sm.tile_empty(slot));
     return tile;

@@ -1,0 +1,79 @@
+"""What backward_gap.py and forward_gap.py share: the cell's arguments, one call between CUDA events
+with the GPU idle before it (as the benchmark times), the ways of a cell timed interleaved, and the
+profile of a few calls of one way."""
+import argparse
+
+import torch
+
+
+def cell_args(doc, seqlen, hdim, reps):
+    """--lib, --seqlen, --hdim, --causal, --reps, --profile; the grid's batch = 16k / seqlen and
+    heads = 2048 / hdim."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lib", required=True, help="libflashattn_c.so")
+    p.add_argument("--seqlen", type=int, default=seqlen)
+    p.add_argument("--hdim", type=int, default=hdim)
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--reps", type=int, default=reps)
+    p.add_argument("--profile", action="store_true",
+                   help="also profile 3 calls of each way: launch delay, kernels, CUDA API calls")
+    a = p.parse_args()
+    a.batch, a.heads = 16384 // a.seqlen, 2048 // a.hdim
+    return a
+
+
+def timed(fn):
+    """Milliseconds of one call of fn between CUDA events, the GPU idle before it."""
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    a.record()
+    fn()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b)
+
+
+def report_interleaved(ways, reps, flops, profile=False):
+    """Each way once to warm up, then reps rounds in alternating order; prints the median per way
+    (µs and TFLOP/s for `flops` per call) and, with profile, each way's profile_way."""
+    for fn in ways.values():
+        fn()
+    times = {n: [] for n in ways}
+    for r in range(reps):
+        for n in (list(ways) if r % 2 == 0 else reversed(list(ways))):
+            times[n].append(timed(ways[n]))
+    for n, t in times.items():
+        ms = sorted(t)[len(t) // 2]
+        print(f"{n:14s} {ms * 1000:10.1f} us  {flops / ms / 1e9:7.1f} TFLOP/s")
+    if profile:
+        for n, fn in ways.items():
+            profile_way(n, fn)
+
+
+def profile_way(name, fn, calls=3):
+    """Per call: from the call's start (CPU) to its first kernel's start and to its last kernel's end
+    (Kineto puts both clocks on one time base); the kernels and CUDA runtime calls, averaged."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            torch.cuda.synchronize()
+            with record_function(f"call{i}"):
+                fn()
+            torch.cuda.synchronize()
+    events = prof.events()
+    # The CPU ranges of the calls (record_function also leaves a GPU-side range of the same name).
+    marks = sorted((e for e in events if e.name.startswith("call") and e.device_type == torch.autograd.DeviceType.CPU),
+                   key=lambda e: e.time_range.start)
+    kernels = sorted((e for e in events if e.device_type == torch.autograd.DeviceType.CUDA),
+                     key=lambda e: e.time_range.start)
+    print(f"-- {name}")
+    for i, m in enumerate(marks):
+        end = marks[i + 1].time_range.start if i + 1 < len(marks) else float("inf")
+        ks = [k for k in kernels if m.time_range.start <= k.time_range.start < end]
+        if ks:
+            print(f"  call {i}: first kernel +{ks[0].time_range.start - m.time_range.start:8.1f} us, last end "
+                  f"+{ks[-1].time_range.end - m.time_range.start:8.1f} us, {len(ks)} kernels, cpu "
+                  f"{m.time_range.end - m.time_range.start:8.1f} us")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=60))
+    print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=8, max_name_column_width=60))

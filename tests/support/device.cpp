@@ -1,5 +1,6 @@
 #include "support/device.hpp"
 
+#include <cstring>
 #include <stdexcept>
 
 #include "api/select.hpp"
@@ -34,14 +35,18 @@ DeviceMirror::~DeviceMirror() {
   for (void* p : scratch_) cudaFree(p);
 }
 
+// Poisoned (every byte 0xFF: NaN floats, −1 integers), so that a kernel reading workspace it did not
+// write first fails its test instead of passing on fresh, zeroed pages.
 void* DeviceMirror::scratch(std::size_t bytes) {
   if (backend_.on_host()) {
     host_scratch_.emplace_back(bytes);
+    std::memset(host_scratch_.back().data(), 0xFF, bytes);
     return host_scratch_.back().data();
   }
   void* d = nullptr;
   check(cudaMalloc(&d, bytes), "cudaMalloc (workspace)");
   scratch_.push_back(d);
+  check(cudaMemset(d, 0xFF, bytes), "cudaMemset (workspace poison)");
   return d;
 }
 

@@ -15,7 +15,7 @@
 // loop steps; the parts add dK, dV into tail_dkv and the last part to finish writes them. Blocks
 // [0, split_first) run whole (the main kernel's grid), the parts are a second kernel's grid,
 // launched as a programmatic dependent of the first (bwd_kernel.cuh). Both tail buffers are
-// zeroed before the main kernel.
+// zeroed by the preprocess kernel, which runs before the main kernel.
 // Sequence b's query rows start at ws_row_start(b), a multiple of block_m, and own
 // ceil(seqlen_q(b) / block_m) · block_m rows, so every query tile is whole and 16-byte aligned:
 //   padded batch: ws_row_start(b) = b · ceil(seqlen_q / block_m) · block_m,  R = that · batch
@@ -80,6 +80,7 @@ struct BwdKernelParams {
   int split_parts = 1;     // parts per split block
   float* tail_dkv = nullptr;
   int32_t* tail_done = nullptr;
+  int64_t tail_zero_vec4 = 0;  // 16-byte words from tail_dkv through tail_done: the preprocess zeroes them
 };
 
 // First workspace row of sequence b (see the top of this file). q_offset = cu_seqlens_q[b] (varlen).

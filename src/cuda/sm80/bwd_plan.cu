@@ -1,6 +1,7 @@
 // The sm80 backward's plan and run: what it supports, the workspace it needs and its layout (planned
-// once per call), and the run: preprocess → main → postprocess, all on params.stream, no
-// synchronization.
+// once per call), and the run: preprocess → main (→ split tail) → postprocess, all on params.stream,
+// no synchronization; nothing else is launched (the preprocess also zeroes what the main kernel
+// accumulates into).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -170,6 +171,7 @@ BwdKernelParams kernel_params(const BwdParams& p, int head_dim, const WorkspaceL
   k.split_parts = w.split.parts;
   k.tail_dkv = reinterpret_cast<float*>(ws + w.tail_dkv);
   k.tail_done = reinterpret_cast<int32_t*>(ws + w.tail_done);
+  k.tail_zero_vec4 = static_cast<int64_t>((w.bytes - w.tail_dkv) / 16);
   return k;
 }
 
@@ -238,11 +240,6 @@ Status run_backward(const Plan& plan, const BwdParams& p) {
   const BwdKernelParams k = kernel_params(p, d.head_dim, w);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   FLASHATTN_TRY(launch_bwd_preprocess(k, p.dtype, stream));
-  if (w.split.tail > 0) {  // the split tail's sums and counters start at zero
-    FLASHATTN_TRY(bwd_cuda_status(
-        cudaMemsetAsync(static_cast<char*>(p.workspace) + w.tail_dkv, 0, w.bytes - w.tail_dkv, stream),
-        "zeroing the split tail's workspace"));
-  }
   FLASHATTN_TRY(d.launch_main(k, stream, d.big_smem));
   return launch_bwd_postprocess(k, p.dtype, stream);
 }

@@ -2,7 +2,8 @@
 // (query block of block_m rows, query head, sequence):
 //   preprocess:  D = rowsum(dO ∘ O) (fp32) and LSE·log2e into the workspace, padding rows of the
 //                tile set to D = 0, LSE = +inf (so the main kernel's P is 0 there); the tile's
-//                dq_accum rows and its deterministic-mode counter zeroed.
+//                dq_accum rows and its deterministic-mode counter zeroed, and a share of the
+//                split tail's sums and counters (one launch fewer than a memset of their own).
 //   postprocess: dq = dq_accum · softmax_scale, converted to the output dtype, strided store.
 #include <cuda_fp16.h>
 
@@ -63,8 +64,19 @@ __device__ __forceinline__ QueryTile query_tile(const BwdKernelParams& p) {
   return q;
 }
 
+// The split tail's fp32 dK/dV sums and part counters (contiguous from tail_dkv, 16-byte words), in
+// grid-strided shares: every block takes its share before any block may return early.
+__device__ __forceinline__ void zero_split_tail(const BwdKernelParams& p) {
+  float4* words = reinterpret_cast<float4*>(p.tail_dkv);
+  const int64_t stride = int64_t{gridDim.x} * kPrepostThreads;
+  for (int64_t i = int64_t{blockIdx.x} * kPrepostThreads + threadIdx.x; i < p.tail_zero_vec4; i += stride) {
+    words[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
 template <class Tag>
 __global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const __grid_constant__ BwdKernelParams p) {
+  zero_split_tail(p);
   const QueryTile q = query_tile(p);
   if (q.m0 >= q.seq.seqlen_q) return;
   const int tid = threadIdx.x;

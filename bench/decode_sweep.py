@@ -3,7 +3,11 @@ decode rows of BENCHMARK.md (bf16, GQA 32/8, hdim 128, one query token), contigu
 like bench_gpu.py's decode part (a CUDA graph of 20 calls, median of replays). A tool for choosing the
 split heuristic (src/cuda/decode/family.cu), not a record.
 
-    python3 bench/decode_sweep.py [--splits 0,8,16,32,64,128] [--pages 0,16]
+    python3 bench/decode_sweep.py [--splits 0,8,16,32,64,128] [--pages 0,16] [--page-order shuffled]
+
+--page-order sequential gives each sequence consecutive pool pages (the contiguous cache's bytes in
+the same order): against shuffled it separates what scattered pages cost the memory system from
+what the paged kernel's own work costs.
 """
 import argparse
 import statistics
@@ -20,13 +24,16 @@ import flashattn  # noqa: E402
 SHAPES = [(1, 8192), (1, 32768), (1, 131072), (8, 32768), (32, 8192), (128, 2048)]
 
 
-def cache(batch, length, page, heads_kv=8, d=128):
+def cache(batch, length, page, heads_kv=8, d=128, order="shuffled"):
     k = torch.randn(batch, length, heads_kv, d, device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
     if not page:
         return k, v, None
     pages = length // page
-    perm = torch.randperm(batch * pages, device="cuda")
+    if order == "shuffled":
+        perm = torch.randperm(batch * pages, device="cuda")
+    else:
+        perm = torch.arange(batch * pages, device="cuda")
     kp = torch.empty(batch * pages, page, heads_kv, d, device="cuda", dtype=k.dtype)
     vp = torch.empty_like(kp)
     kp[perm] = k.reshape(batch * pages, page, heads_kv, d)
@@ -38,10 +45,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--splits", default="0,8,16,32,64,128")
     ap.add_argument("--pages", default="0,16")
+    ap.add_argument("--page-order", default="shuffled", choices=["shuffled", "sequential"])
+    ap.add_argument("--shapes", default=None, help="batch:seqlen,... (default: the decode rows)")
     args = ap.parse_args()
+    shapes = SHAPES if args.shapes is None else [tuple(int(v) for v in x.split(":")) for x in args.shapes.split(",")]
     for page in [int(x) for x in args.pages.split(",")]:
-        for batch, length in SHAPES:
-            kc, vc, table = cache(batch, length, page)
+        for batch, length in shapes:
+            kc, vc, table = cache(batch, length, page, order=args.page_order)
             q = torch.randn(batch, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
             lens = torch.full((batch,), length, device="cuda", dtype=torch.int32)
             gbytes = 2 * batch * length * 8 * 128 * 2 / 1e9
@@ -52,7 +62,7 @@ def main():
                 one_ms = graph_timed(fn)
                 ms = statistics.median(one_ms() for _ in range(9))
                 cells.append(f"{splits}:{gbytes / ms:.2f}")
-            print(f"page {page:3d} batch {batch:3d} L {length:6d}  TB/s by splits  " + "  ".join(cells), flush=True)
+            print(f"{args.page_order if page else 'contiguous':10s} page {page:3d} batch {batch:3d} L {length:6d}  TB/s by splits  " + "  ".join(cells), flush=True)
             del kc, vc, table
 
 

@@ -163,7 +163,7 @@ def decode_problem(batch, cache_len, heads_q, heads_kv, d, dtype, page_size=0, s
 
 @needs_cuda
 @pytest.mark.gpu
-@pytest.mark.parametrize("num_splits", [1, 3, 0])
+@pytest.mark.parametrize("num_splits", [1, 3, 40, 128, 0])
 @pytest.mark.parametrize("page_size", [0, 16, 256])
 def test_decode_splits_and_pages_match_reference(num_splits, page_size):
     dtype = torch.bfloat16

@@ -21,6 +21,7 @@
 #include "cuda/decode/params.cuh"
 #include "cuda/decode/shape.cuh"
 #include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/griddep.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/sm80/softmax.cuh"
 #include "cuda/sm80/tile_io.cuh"
@@ -82,51 +83,60 @@ __device__ __forceinline__ void load_q(const AttendParams& p, const AttendWork& 
   }
 }
 
-// The pool pages of this thread's rows of one key block (paged caches; nothing for contiguous ones),
-// read from the block table one block before the rows are loaded, so that the table's latency hides
-// behind the block being computed instead of stalling the cp.async issue.
-template <class Traits, bool kPaged = Traits::kPaged>
-struct RowPages {
-  __device__ __forceinline__ void fetch(const SequenceRows<false>&, const AttendWork&, int, int) {}
-};
+// Paged caches: where the rows of a key block lie, computed once per row and side and shared
+// through shared memory. Each row is loaded by the 16 threads of its chunk columns; had each of them
+// found the row itself (a block-table read, a division by the page size and two 64-bit products per
+// row and side), the paged kernel would execute twice the contiguous one's instructions for the same
+// bytes and read them at ~0.8× its rate. Thread t stages row t % kBlockN of K (t < kBlockN) or V:
+//   page_for(n)       its row's block-table entry for block n (issued a block ahead: its latency
+//                     hides behind the block being computed);
+//   stage(n, buf, pg) the row's element offset into ring buffer buf;
+//   read(buf, side)   a loading thread's kLoadRows offsets (rows row0 + i·kLoadRowStep).
+// A key past the sequence stages 0: its row is zero-filled, never read.
 template <class Traits>
-struct RowPages<Traits, true> {
-  int page[Traits::kLoadRows];
-  __device__ __forceinline__ void fetch(const SequenceRows<true>& rows, const AttendWork& w, int n, int tid) {
-    const int key0 = n * Traits::kBlockN + tid / Traits::KVTile::kChunksPerRow;
+struct PagedRowOffsets {
+  static constexpr int kBlockN = Traits::kBlockN, kLoadRows = Traits::kLoadRows, kStep = Traits::kLoadRowStep;
+  int64_t* ring;             // [kStages][side][row % kStep][row / kStep]
+  SequenceRows<true> rows;   // this thread's side of the cache
+  int row, side;             // the row this thread stages
+
+  __device__ __forceinline__ int page_for(const AttendWork& w, int n) const {
+    const int key = n * kBlockN + row;
+    return key < w.mask.seqlen_k ? rows.page_of(key) : 0;
+  }
+  __device__ __forceinline__ void stage(const AttendWork& w, int n, int buffer, int page) const {
+    const int key = n * kBlockN + row;
+    ring[((buffer * 2 + side) * kStep + row % kStep) * kLoadRows + row / kStep] =
+        key < w.mask.seqlen_k ? rows.offset_on(page, key) : 0;
+  }
+  __device__ __forceinline__ void read(int buffer, int load_side, int row0, int64_t (&offsets)[kLoadRows]) const {
+    static_assert(kLoadRows % 2 == 0, "rows read in pairs (16-byte loads)");
+    const auto* words = reinterpret_cast<const longlong2*>(ring + ((buffer * 2 + load_side) * kStep + row0) * kLoadRows);
 #pragma unroll
-    for (int i = 0; i < Traits::kLoadRows; ++i) {
-      const int key = key0 + i * Traits::kLoadRowStep;
-      page[i] = key < w.mask.seqlen_k ? rows.page_of(key) : 0;
+    for (int i = 0; i < kLoadRows / 2; ++i) {
+      const longlong2 pair = words[i];
+      offsets[2 * i] = pair.x;
+      offsets[2 * i + 1] = pair.y;
     }
   }
 };
 
 // Key block n of one side of the cache → a stage (cp.async; keys past the sequence and columns past
-// `dim` zeroed). A thread moves one chunk column of rows row0, row0 + kLoadRowStep, ...; a paged
-// cache's rows are on the pages `pages` fetched for block n.
+// `dim` zeroed). A thread moves one chunk column of rows row0, row0 + kLoadRowStep, ...; their
+// element offsets are `offsets` (paged: staged by PagedRowOffsets) or the sequence's row stride apart.
 template <class Traits>
-__device__ __forceinline__ void load_kv_block(const AttendWork& w, const char* data,
-                                              const SequenceRows<Traits::kPaged>& rows, const RowPages<Traits>& pages,
+__device__ __forceinline__ void load_kv_block(const AttendWork& w, const char* data, const int64_t (&offsets)[Traits::kLoadRows],
                                               int dim, int n, uint32_t stage, int tid) {
   using KVTile = typename Traits::KVTile;
   const int chunk = tid % KVTile::kChunksPerRow, row0 = tid / KVTile::kChunksPerRow;
   const bool column_valid = chunk * kChunkElems < dim;
   const int key0 = n * Traits::kBlockN;
-  auto source = [&](int i, int key) {
-    int64_t at;
-    if constexpr (Traits::kPaged) {
-      at = rows.offset_on(pages.page[i], key);
-    } else {
-      at = rows.offset(key);
-    }
-    return data + (at + chunk * kChunkElems) * kElemBytes;
-  };
+  const char* column = data + int64_t{chunk} * kChunkElems * kElemBytes;
   if (column_valid && key0 + Traits::kBlockN <= w.mask.seqlen_k) {  // a whole block: no predicates
 #pragma unroll
     for (int i = 0; i < Traits::kLoadRows; ++i) {
       const int row = row0 + i * Traits::kLoadRowStep;
-      ptx::cp_async_16(stage + KVTile::chunk_offset(row, chunk), source(i, key0 + row));
+      ptx::cp_async_16(stage + KVTile::chunk_offset(row, chunk), column + offsets[i] * kElemBytes);
     }
     return;
   }
@@ -136,11 +146,20 @@ __device__ __forceinline__ void load_kv_block(const AttendWork& w, const char* d
     const uint32_t dst = stage + KVTile::chunk_offset(row, chunk);
     const int key = key0 + row;
     if (column_valid && key < w.mask.seqlen_k) {
-      ptx::cp_async_16(dst, source(i, key));
+      ptx::cp_async_16(dst, column + offsets[i] * kElemBytes);
     } else {
       TileIO<KVTile, Traits::kThreads>::store_zero_16(dst);
     }
   }
+}
+
+// A contiguous cache's row offsets of this thread's rows of block n (paged ones are staged).
+template <class Traits>
+__device__ __forceinline__ void contiguous_offsets(const SequenceRows<false>& rows, int n, int tid,
+                                                   int64_t (&offsets)[Traits::kLoadRows]) {
+  const int key0 = n * Traits::kBlockN + tid / Traits::KVTile::kChunksPerRow;
+#pragma unroll
+  for (int i = 0; i < Traits::kLoadRows; ++i) offsets[i] = rows.offset(key0 + i * Traits::kLoadRowStep);
 }
 
 // The mask on a warp's score tile of packed rows: element (row, key) is −inf unless query
@@ -293,11 +312,27 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
   const SequenceRows<Traits::kPaged> v_rows = p.index.template rows<Traits::kPaged>(p.v, w.b, w.h_kv);
   const char* k_data = static_cast<const char*>(p.k.data);
   const char* v_data = static_cast<const char*>(p.v.data);
-  // K and V share their pages: one block-table read serves both.
-  RowPages<Traits> pages;  // of the next block to load
+  // Paged: block m's row offsets are in ring buffer (m − n_begin) % kStages, the index of the K/V
+  // stage it loads into.
+  [[maybe_unused]] PagedRowOffsets<Traits> paged;
+  if constexpr (Traits::kPaged) {
+    paged.ring = reinterpret_cast<int64_t*>(smem + Traits::kRowOffsetsOffset);
+    paged.side = tid / Traits::kBlockN;
+    paged.row = tid % Traits::kBlockN;
+    paged.rows = paged.side == 0 ? k_rows : v_rows;
+  }
   auto load_block = [&](int n, int stage) {
-    load_kv_block<Traits>(w, k_data, k_rows, pages, p.hdim_qk, n, s_k + stage * KVTile::kBytes, tid);
-    load_kv_block<Traits>(w, v_data, v_rows, pages, p.hdim_v, n, s_v + stage * KVTile::kBytes, tid);
+    int64_t k_off[Traits::kLoadRows], v_off[Traits::kLoadRows];
+    if constexpr (Traits::kPaged) {
+      const int row0 = tid / KVTile::kChunksPerRow;
+      paged.read(stage, 0, row0, k_off);
+      paged.read(stage, 1, row0, v_off);
+    } else {
+      contiguous_offsets<Traits>(k_rows, n, tid, k_off);
+      contiguous_offsets<Traits>(v_rows, n, tid, v_off);
+    }
+    load_kv_block<Traits>(w, k_data, k_off, p.hdim_qk, n, s_k + stage * KVTile::kBytes, tid);
+    load_kv_block<Traits>(w, v_data, v_off, p.hdim_v, n, s_v + stage * KVTile::kBytes, tid);
   };
 
   float acc[1][kDTiles][4];
@@ -309,26 +344,38 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
   softmax.init();
   const ScoreTransform scores = p.scores;
 
-  // Prologue: Q and the first kStages − 1 key blocks, one commit group each (Q joins the first).
+  // Prologue: Q and the first kStages − 1 key blocks, one commit group each (Q joins the first);
+  // paged: the row offsets of the first kStages blocks (the loop stages each later one a block
+  // ahead of its load).
   load_q<Traits>(p, w, s_q, tid);
+  if constexpr (Traits::kPaged) {
+    int first_pages[kStages];
+#pragma unroll
+    for (int k = 0; k < kStages; ++k) first_pages[k] = w.n_begin + k < w.n_end ? paged.page_for(w, w.n_begin + k) : 0;
+#pragma unroll
+    for (int k = 0; k < kStages; ++k) {
+      if (w.n_begin + k < w.n_end) paged.stage(w, w.n_begin + k, k, first_pages[k]);
+    }
+    __syncthreads();
+  }
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {
-    if (w.n_begin + k < w.n_end) {
-      pages.fetch(k_rows, w, w.n_begin + k, tid);
-      load_block(w.n_begin + k, k);
-    }
+    if (w.n_begin + k < w.n_end) load_block(w.n_begin + k, k);
     ptx::cp_async_commit();
   }
-  if (w.n_begin + kStages - 1 < w.n_end) pages.fetch(k_rows, w, w.n_begin + kStages - 1, tid);
 
   int stage = 0;
   for (int n = w.n_begin; n < w.n_end; ++n) {
     // Keep kStages − 1 blocks in flight: the stage refilled here was last read in the previous
     // iteration, which every warp has left (the barrier at its end).
     const int ahead = n + kStages - 1;
-    if (ahead < w.n_end) {
-      load_block(ahead, (stage + kStages - 1) % kStages);
-      if (ahead + 1 < w.n_end) pages.fetch(k_rows, w, ahead + 1, tid);  // used next iteration
+    if (ahead < w.n_end) load_block(ahead, (stage + kStages - 1) % kStages);
+    // Paged: block n + kStages's table entries now, its row offsets after this block's math, into
+    // the ring buffer block n's offsets held (read when block n was loaded, barriers ago).
+    const bool stage_next = Traits::kPaged && n + kStages < w.n_end;
+    [[maybe_unused]] int next_page = 0;
+    if constexpr (Traits::kPaged) {
+      if (stage_next) next_page = paged.page_for(w, n + kStages);
     }
     ptx::cp_async_commit();
     ptx::cp_async_wait<kStages - 1>();  // block n has landed
@@ -349,9 +396,14 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
     uint32_t pa[1][Traits::kPVSteps][4];
     accumulator_to_a_fragments<Tag>(pa, s);
     gemm_rs<Tag, KVTile, 1, kDTiles, Traits::kPVSteps>(acc, pa, v_frag, stage * KVTile::kBytes);
+    if constexpr (Traits::kPaged) {
+      if (stage_next) paged.stage(w, n + kStages, stage, next_page);
+    }
     __syncthreads();
     stage = stage + 1 == kStages ? 0 : stage + 1;
   }
+  // The combine kernel (when split) may launch now: it waits for this grid's end before reading.
+  ptx::griddep_launch_dependents();
   ptx::cp_async_wait<0>();  // nothing may land in the stages the merge reuses
   __syncthreads();
   merge_warps_and_store<Traits>(p, w, smem, softmax, acc, scores.exp_mult, warp, lane, tid);

@@ -6,9 +6,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "api/status_try.hpp"
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/common/scores.cuh"
 #include "cuda/decode/launch.hpp"
+#include "cuda/ptx/griddep.cuh"
+#include "cuda/ptx/math.cuh"
 #include "cuda/sm80/softmax.cuh"
 
 namespace flashattn::cuda::decode {
@@ -27,61 +30,113 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
+// Four output elements (16-bit) at out + i, i a multiple of 4: one 8-byte store (out's rows are
+// 16-byte aligned, plan's check).
 template <class Tag>
-__device__ __forceinline__ void store_elem(void* base, int64_t i, float x) {
-  if constexpr (std::is_same_v<Tag, ptx::BF16>) {
-    static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(x);
-  } else {
-    static_cast<__half*>(base)[i] = __float2half_rn(x);
-  }
+__device__ __forceinline__ void store4(void* out, int64_t i, const float4& o) {
+  const uint2 packed = make_uint2(ptx::pack2<Tag>(o.x, o.y), ptx::pack2<Tag>(o.z, o.w));
+  *reinterpret_cast<uint2*>(static_cast<uint16_t*>(out) + i) = packed;
 }
 
+// o += weight·x, where weight = 0 leaves o as it is: an empty split's partial was never written and
+// may hold anything (NaN), so it is selected away, not multiplied by 0.
+__device__ __forceinline__ void add_weighted(float4& o, float weight, const float4& x) {
+  const bool live = weight != 0.f;
+  o.x = live ? fmaf(weight, x.x, o.x) : o.x;
+  o.y = live ? fmaf(weight, x.y, o.y) : o.y;
+  o.z = live ? fmaf(weight, x.z, o.z) : o.z;
+  o.w = live ? fmaf(weight, x.w, o.w) : o.w;
+}
+
+// Splits whose partials a lane loads before it uses any of them (predicated past the last split):
+// the loads are independent, so a row costs one memory latency per kSplitsInFlight splits, not one
+// per split.
+inline constexpr int kSplitsInFlight = 16;
 template <class Tag>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock) combine_kernel(const __grid_constant__ CombineParams p) {
   __shared__ float weights[kWarpsPerBlock][kMaxSplits];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t rows = int64_t{p.batch} * p.heads_q * p.seqlen_q;
   const int64_t row = int64_t{blockIdx.x} * kWarpsPerBlock + warp;
+  ptx::griddep_wait();  // launched as the attention kernel's dependent: its partials are now visible
   if (row >= rows) return;
 
+  // The splits' LSEs, lane s % 32 holding split s (kMaxSplits / 32 per lane), read once.
+  constexpr int kPerLane = kMaxSplits / 32;
+  float lse_s[kPerLane];
   float top = -kInfinity;
-  for (int s = lane; s < p.num_splits; s += 32) top = fmaxf(top, p.partial_lse[s * rows + row]);
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int s = lane + 32 * j;
+    lse_s[j] = s < p.num_splits ? p.partial_lse[s * rows + row] : -kInfinity;
+    top = fmaxf(top, lse_s[j]);
+  }
   top = warp_max(top);
   float total = 0.f;
-  for (int s = lane; s < p.num_splits; s += 32) {
-    const float x = p.partial_lse[s * rows + row];
-    total += x == -kInfinity ? 0.f : __expf(x - top);
-  }
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) total += lse_s[j] == -kInfinity ? 0.f : __expf(lse_s[j] - top);
   total = warp_sum(total);
   const bool empty = top == -kInfinity;
   const float lse = empty ? kInfinity : top + __logf(total);
-  for (int s = lane; s < p.num_splits; s += 32) {
-    const float x = p.partial_lse[s * rows + row];
-    weights[warp][s] = empty || x == -kInfinity ? 0.f : __expf(x - lse);
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int s = lane + 32 * j;
+    if (s < p.num_splits) weights[warp][s] = empty || lse_s[j] == -kInfinity ? 0.f : __expf(lse_s[j] - lse);
   }
   __syncwarp();
 
   const int i = static_cast<int>(row % p.seqlen_q), h = static_cast<int>((row / p.seqlen_q) % p.heads_q);
   const int b = static_cast<int>(row / (int64_t{p.seqlen_q} * p.heads_q));
   const int64_t out_row = int64_t{b} * p.o_batch_stride + int64_t{i} * p.o_row_stride + int64_t{h} * p.o_head_stride;
-  for (int d = lane; d < p.hdim_v; d += 32) {
-    float o = 0.f;
-    for (int s = 0; s < p.num_splits; ++s) {
-      const float wgt = weights[warp][s];
-      if (wgt != 0.f) o = fmaf(wgt, p.partial_out[(s * rows + row) * p.hdim_v + d], o);
+  const int64_t split_stride = rows * p.hdim_v;  // floats between one split's partial row and the next's
+  // Columns d0 .. d0 + 3 per lane (hdim_v is a multiple of 8), one float4 per split.
+  for (int d0 = 4 * lane; d0 < p.hdim_v; d0 += 4 * 32) {
+    const float* partial = p.partial_out + row * p.hdim_v + d0;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s0 = 0; s0 < p.num_splits; s0 += kSplitsInFlight) {
+      float4 x[kSplitsInFlight];
+#pragma unroll
+      for (int u = 0; u < kSplitsInFlight; ++u) {
+        x[u] = s0 + u < p.num_splits ? *reinterpret_cast<const float4*>(partial + (s0 + u) * split_stride)
+                                     : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int u = 0; u < kSplitsInFlight; ++u) {
+        if (s0 + u < p.num_splits) add_weighted(o, weights[warp][s0 + u], x[u]);
+      }
     }
-    store_elem<Tag>(p.out, out_row + d, o);
+    store4<Tag>(p.out, out_row + d0, o);
   }
   if (p.lse != nullptr && lane == 0) p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + i] = lse;
 }
 
+// Launched as a programmatic dependent of the attention kernel just before it (where the kernel has
+// griddepcontrol: PTX for sm_90+), so that its launch overlaps the attention kernel's last blocks
+// instead of following their end; griddep_wait orders its reads. Otherwise plain stream order.
 template <class Tag>
 Status launch_combine_as(const CombineParams& p, cudaStream_t stream) {
   const int64_t rows = int64_t{p.batch} * p.heads_q * p.seqlen_q;
   const unsigned blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
   if (blocks == 0) return Status::success();
-  combine_kernel<Tag><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(p);
-  return cuda_status("cuda decode combine", cudaGetLastError(), "kernel launch");
+  const auto kernel = combine_kernel<Tag>;
+  static DeviceFlags asked, has_griddep;
+  const int dev = current_device();
+  if (!asked.test(dev)) {
+    cudaFuncAttributes attr{};
+    FLASHATTN_TRY(cuda_status("cuda decode combine", cudaFuncGetAttributes(&attr, kernel), "querying the kernel"));
+    if (attr.ptxVersion >= 90) has_griddep.set(dev);
+    asked.set(dev);
+  }
+  cudaLaunchAttribute dependent[1] = {};
+  dependent[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(32 * kWarpsPerBlock);
+  config.stream = stream;
+  config.attrs = dependent;
+  config.numAttrs = has_griddep.test(dev) ? 1 : 0;
+  return cuda_status("cuda decode combine", cudaLaunchKernelEx(&config, kernel, p), "kernel launch");
 }
 
 }  // namespace

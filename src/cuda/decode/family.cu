@@ -80,30 +80,32 @@ int num_m_blocks(const KVCacheParams& p) {
   return static_cast<int>((p.group_size() * p.seqlen_q + kBlockM - 1) / kBlockM);
 }
 
-// Splits of each sequence's keys, from the shapes and the SM count alone (never the cache lengths,
-// which live on the device): FlashAttention-2's rule, with one thread block per SM as the wave. A
-// grid of blocks = batch · heads_kv · row tiles that already fills 80 % of the SMs is not split;
-// else the fewest splits s whose last wave is as full as the best choice's within 85 %
-// (efficiency = blocks·s / SMs over its ceiling), at most kMaxSplits. Measured on the H200
-// (bench/decode_sweep.py, docs/kvcache.md): batch 1 × 8 kv heads is fastest near 16 splits
-// (one block per SM), and 33 (two per SM) is 12 % slower. A caller's num_splits wins. The kernel
-// spreads a sequence's real key blocks evenly over the splits.
-int choose_splits(const KVCacheParams& p, const DeviceInfo& dev) {
+// Splits of each sequence's keys, from the shapes, the cache's capacity and the SM count (never the
+// cache lengths, which live on the device). A split of a sequence with K key blocks walks ceil(K / s)
+// of them (at least kMinBlocksPerSplit), and the grid of blocks = batch · heads_kv · row tiles runs
+// in ceil(blocks · s / slots) rounds over the GPU's slots: one thread block per SM for a contiguous
+// cache, two for a paged one (measured: its scattered pages want more loads in flight). The rule
+// takes the s ≤ kMaxSplits of the fewest rounds × steps, the fewest splits among equals (each split
+// costs a partial output and the combine). Measured on the H200 (bench/decode_sweep.py,
+// docs/kvcache.md): at batch 1 × 8 kv heads, 16 splits (8 key blocks each at 8k keys) ran 9 %
+// faster than 15 (9 blocks for the longest), and 32 ran slower on a contiguous cache, faster on a
+// paged one. A caller's num_splits wins. The kernel spreads a sequence's real key blocks evenly over
+// the splits.
+int choose_splits(const KVCacheParams& p, const DeviceInfo& dev, int head_dim) {
   if (p.num_splits > 0) return p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
-  // A paged cache's rows wait on block-table reads: its kernel wants two blocks per SM to hide them.
-  const double blocks = static_cast<double>(p.batch * p.heads_kv * num_m_blocks(p));
-  const double sms = static_cast<double>(dev.num_sms) * (p.is_paged() ? 2 : 1);
-  if (blocks == 0 || blocks >= 0.8 * sms) return 1;
-  auto efficiency = [&](int s) {
-    const double waves = blocks * s / sms;
-    return waves / std::ceil(waves);
-  };
-  double best = 0;
-  for (int s = 1; s <= kMaxSplits; ++s) best = std::max(best, efficiency(s));
+  const int64_t blocks = p.batch * p.heads_kv * num_m_blocks(p);
+  const int64_t slots = int64_t{dev.num_sms} * (p.is_paged() ? 2 : 1);
+  const int64_t block_n = decode_shape(head_dim).block_n;
+  const int64_t key_blocks = (p.seqlen_k + block_n - 1) / block_n;
+  if (blocks == 0 || slots == 0 || key_blocks == 0) return 1;
+  int best = 1;
+  int64_t best_cost = INT64_MAX;
   for (int s = 1; s <= kMaxSplits; ++s) {
-    if (efficiency(s) >= 0.85 * best) return s;
+    const int64_t rounds = (blocks * s + slots - 1) / slots;
+    const int64_t steps = std::max<int64_t>((key_blocks + s - 1) / s, kMinBlocksPerSplit);
+    if (rounds * steps < best_cost) best = s, best_cost = rounds * steps;
   }
-  return 1;
+  return best;
 }
 
 Status check_sizes(const KVCacheParams& p) {
@@ -165,7 +167,7 @@ Status plan_kvcache(const KVCacheParams& p, Plan* plan) {
   FLASHATTN_TRY(check_layout(p));
   const int i = dtype_index(p.dtype);
   FLASHATTN_TRY(inst->check[i](p.is_paged()));
-  const int splits = choose_splits(p, dev);
+  const int splits = choose_splits(p, dev, inst->head_dim);
   const Layout layout = workspace_layout(p, splits);
   plan->workspace_bytes = layout.bytes;
   plan->workspace_alignment = layout.bytes > 0 ? 16 : 1;  // the kernels store 16-byte vectors into it

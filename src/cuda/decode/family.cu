@@ -81,15 +81,16 @@ int num_m_blocks(const KVCacheParams& p) {
 }
 
 // Splits of each sequence's keys, from the shapes, the cache's capacity and the SM count (never the
-// cache lengths, which live on the device). A split of a sequence with K key blocks walks ceil(K / s)
-// of them (at least kMinBlocksPerSplit), and the grid of blocks = batch · heads_kv · row tiles runs
-// in ceil(blocks · s / slots) rounds over the GPU's slots: one thread block per SM for a contiguous
-// cache, two for a paged one (measured: its scattered pages want more loads in flight). The rule
-// takes the s ≤ kMaxSplits of the fewest rounds × steps, the fewest splits among equals (each split
-// costs a partial output and the combine). Measured on the H200 (bench/decode_sweep.py,
-// docs/kvcache.md): at batch 1 × 8 kv heads, 16 splits (8 key blocks each at 8k keys) ran 9 %
-// faster than 15 (9 blocks for the longest), and 32 ran slower on a contiguous cache, faster on a
-// paged one. A caller's num_splits wins. The kernel spreads a sequence's real key blocks evenly over
+// cache lengths, which live on the device). The grid of blocks = batch · heads_kv · row tiles runs on
+// the GPU's slots: one thread block per SM for a contiguous cache, two for a paged one (measured: its
+// kernel wants a second block to hide behind at small pages). A grid that fills 80 % of the slots is
+// not split (more splits only add partials and a combine). Otherwise a split of a sequence with K
+// key blocks walks ceil(K / s) of them (at least kMinBlocksPerSplit) plus about kSplitOverhead
+// blocks' worth of fixed work (Q, the warps' merge, the partials), in ceil(blocks · s / slots)
+// rounds; the rule takes the s ≤ kMaxSplits of the least rounds × (steps + overhead), the fewest
+// splits among equals. Measured on the H200 (bench/decode_sweep.py, docs/kvcache.md): at batch 1 ×
+// 8 kv heads, 16 splits (8 key blocks each at 8k keys) ran 9 % faster than 15 (9 for the longest),
+// 33 slower. A caller's num_splits wins. The kernel spreads a sequence's real key blocks evenly over
 // the splits.
 int choose_splits(const KVCacheParams& p, const DeviceInfo& dev, int head_dim) {
   if (p.num_splits > 0) return p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
@@ -97,13 +98,15 @@ int choose_splits(const KVCacheParams& p, const DeviceInfo& dev, int head_dim) {
   const int64_t slots = int64_t{dev.num_sms} * (p.is_paged() ? 2 : 1);
   const int64_t block_n = decode_shape(head_dim).block_n;
   const int64_t key_blocks = (p.seqlen_k + block_n - 1) / block_n;
-  if (blocks == 0 || slots == 0 || key_blocks == 0) return 1;
+  if (blocks == 0 || key_blocks == 0 || 5 * blocks >= 4 * slots) return 1;
+  constexpr int64_t kSplitOverhead = 3;
   int best = 1;
   int64_t best_cost = INT64_MAX;
   for (int s = 1; s <= kMaxSplits; ++s) {
     const int64_t rounds = (blocks * s + slots - 1) / slots;
     const int64_t steps = std::max<int64_t>((key_blocks + s - 1) / s, kMinBlocksPerSplit);
-    if (rounds * steps < best_cost) best = s, best_cost = rounds * steps;
+    const int64_t cost = rounds * (steps + kSplitOverhead);
+    if (cost < best_cost) best = s, best_cost = cost;
   }
   return best;
 }

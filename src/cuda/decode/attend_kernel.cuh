@@ -348,10 +348,21 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
   // paged: the row offsets of the first kStages blocks (the loop stages each later one a block
   // ahead of its load).
   load_q<Traits>(p, w, s_q, tid);
+  // Block-table entries in flight (paged): those of blocks n + kStages .. n + kStages + kPageAhead − 1
+  // at iteration n, read kPageAhead iterations before their offsets are staged: under a full memory
+  // system an L2 hit can take longer than one block's math (ncu at batch 1, page 16: long-scoreboard
+  // stalls 8x the contiguous kernel's with the entry read in the same iteration).
+  constexpr int kPageAhead = 2;
+  [[maybe_unused]] int page_queue[kPageAhead];
   if constexpr (Traits::kPaged) {
     int first_pages[kStages];
 #pragma unroll
     for (int k = 0; k < kStages; ++k) first_pages[k] = w.n_begin + k < w.n_end ? paged.page_for(w, w.n_begin + k) : 0;
+#pragma unroll
+    for (int j = 0; j < kPageAhead; ++j) {
+      const int m = w.n_begin + kStages + j;
+      page_queue[j] = m < w.n_end ? paged.page_for(w, m) : 0;
+    }
 #pragma unroll
     for (int k = 0; k < kStages; ++k) {
       if (w.n_begin + k < w.n_end) paged.stage(w, w.n_begin + k, k, first_pages[k]);
@@ -370,12 +381,12 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
     // iteration, which every warp has left (the barrier at its end).
     const int ahead = n + kStages - 1;
     if (ahead < w.n_end) load_block(ahead, (stage + kStages - 1) % kStages);
-    // Paged: block n + kStages's table entries now, its row offsets after this block's math, into
-    // the ring buffer block n's offsets held (read when block n was loaded, barriers ago).
-    const bool stage_next = Traits::kPaged && n + kStages < w.n_end;
-    [[maybe_unused]] int next_page = 0;
+    // Paged: the table entries of block n + kStages + kPageAhead now; block n + kStages's row
+    // offsets after this block's math, into the ring buffer block n's offsets held (read when
+    // block n was loaded, barriers ago).
+    [[maybe_unused]] int far_page = 0;
     if constexpr (Traits::kPaged) {
-      if (stage_next) next_page = paged.page_for(w, n + kStages);
+      if (n + kStages + kPageAhead < w.n_end) far_page = paged.page_for(w, n + kStages + kPageAhead);
     }
     ptx::cp_async_commit();
     ptx::cp_async_wait<kStages - 1>();  // block n has landed
@@ -397,7 +408,10 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
     accumulator_to_a_fragments<Tag>(pa, s);
     gemm_rs<Tag, KVTile, 1, kDTiles, Traits::kPVSteps>(acc, pa, v_frag, stage * KVTile::kBytes);
     if constexpr (Traits::kPaged) {
-      if (stage_next) paged.stage(w, n + kStages, stage, next_page);
+      if (n + kStages < w.n_end) paged.stage(w, n + kStages, stage, page_queue[0]);
+#pragma unroll
+      for (int j = 0; j + 1 < kPageAhead; ++j) page_queue[j] = page_queue[j + 1];
+      page_queue[kPageAhead - 1] = far_page;
     }
     __syncthreads();
     stage = stage + 1 == kStages ? 0 : stage + 1;

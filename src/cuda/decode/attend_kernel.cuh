@@ -88,10 +88,13 @@ __device__ __forceinline__ void load_q(const AttendParams& p, const AttendWork& 
 // found the row itself (a block-table read, a division by the page size and two 64-bit products per
 // row and side), the paged kernel would execute twice the contiguous one's instructions for the same
 // bytes and read them at ~0.8× its rate. Thread t stages row t % kBlockN of K (t < kBlockN) or V:
-//   page_for(n)       its row's block-table entry for block n (issued a block ahead: its latency
-//                     hides behind the block being computed);
-//   stage(n, buf, pg) the row's element offset into ring buffer buf;
-//   read(buf, side)   a loading thread's kLoadRows offsets (rows row0 + i·kLoadRowStep).
+//   entry_for(n)           its row's block-table entry for block n, as stored;
+//   stage(n, buf, entry)   the row's element offset (the entry clamped into the pool) into ring
+//                          buffer buf;
+//   read(buf, side)        a loading thread's kLoadRows offsets (rows row0 + i·kLoadRowStep).
+// The kernel reads an entry one iteration before it stages it and uses nothing of it in between, so
+// the read's latency hides behind a whole block (ncu, batch 1, page 16: with the entry clamped as
+// soon as it was read, 20 % of the kernel's stall samples sat on that clamp).
 // A key past the sequence stages 0: its row is zero-filled, never read.
 template <class Traits>
 struct PagedRowOffsets {
@@ -100,14 +103,14 @@ struct PagedRowOffsets {
   SequenceRows<true> rows;   // this thread's side of the cache
   int row, side;             // the row this thread stages
 
-  __device__ __forceinline__ int page_for(const AttendWork& w, int n) const {
+  __device__ __forceinline__ int entry_for(const AttendWork& w, int n) const {
     const int key = n * kBlockN + row;
-    return key < w.mask.seqlen_k ? rows.page_of(key) : 0;
+    return key < w.mask.seqlen_k ? rows.entry_of(key) : 0;
   }
-  __device__ __forceinline__ void stage(const AttendWork& w, int n, int buffer, int page) const {
+  __device__ __forceinline__ void stage(const AttendWork& w, int n, int buffer, int entry) const {
     const int key = n * kBlockN + row;
     ring[((buffer * 2 + side) * kStep + row % kStep) * kLoadRows + row / kStep] =
-        key < w.mask.seqlen_k ? rows.offset_on(page, key) : 0;
+        key < w.mask.seqlen_k ? rows.offset_on(rows.clamp_page(entry), key) : 0;
   }
   __device__ __forceinline__ void read(int buffer, int load_side, int row0, int64_t (&offsets)[kLoadRows]) const {
     static_assert(kLoadRows % 2 == 0, "rows read in pairs (16-byte loads)");
@@ -348,24 +351,16 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
   // paged: the row offsets of the first kStages blocks (the loop stages each later one a block
   // ahead of its load).
   load_q<Traits>(p, w, s_q, tid);
-  // Block-table entries in flight (paged): those of blocks n + kStages .. n + kStages + kPageAhead − 1
-  // at iteration n, read kPageAhead iterations before their offsets are staged: under a full memory
-  // system an L2 hit can take longer than one block's math (ncu at batch 1, page 16: long-scoreboard
-  // stalls 8x the contiguous kernel's with the entry read in the same iteration).
-  constexpr int kPageAhead = 2;
-  [[maybe_unused]] int page_queue[kPageAhead];
+  // Paged: the block-table entries of block n + kStages, read at the end of iteration n − 1.
+  [[maybe_unused]] int next_entry = 0;
   if constexpr (Traits::kPaged) {
-    int first_pages[kStages];
+    int first_entries[kStages];
 #pragma unroll
-    for (int k = 0; k < kStages; ++k) first_pages[k] = w.n_begin + k < w.n_end ? paged.page_for(w, w.n_begin + k) : 0;
-#pragma unroll
-    for (int j = 0; j < kPageAhead; ++j) {
-      const int m = w.n_begin + kStages + j;
-      page_queue[j] = m < w.n_end ? paged.page_for(w, m) : 0;
-    }
+    for (int k = 0; k < kStages; ++k) first_entries[k] = w.n_begin + k < w.n_end ? paged.entry_for(w, w.n_begin + k) : 0;
+    if (w.n_begin + kStages < w.n_end) next_entry = paged.entry_for(w, w.n_begin + kStages);
 #pragma unroll
     for (int k = 0; k < kStages; ++k) {
-      if (w.n_begin + k < w.n_end) paged.stage(w, w.n_begin + k, k, first_pages[k]);
+      if (w.n_begin + k < w.n_end) paged.stage(w, w.n_begin + k, k, first_entries[k]);
     }
     __syncthreads();
   }
@@ -381,13 +376,6 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
     // iteration, which every warp has left (the barrier at its end).
     const int ahead = n + kStages - 1;
     if (ahead < w.n_end) load_block(ahead, (stage + kStages - 1) % kStages);
-    // Paged: the table entries of block n + kStages + kPageAhead now; block n + kStages's row
-    // offsets after this block's math, into the ring buffer block n's offsets held (read when
-    // block n was loaded, barriers ago).
-    [[maybe_unused]] int far_page = 0;
-    if constexpr (Traits::kPaged) {
-      if (n + kStages + kPageAhead < w.n_end) far_page = paged.page_for(w, n + kStages + kPageAhead);
-    }
     ptx::cp_async_commit();
     ptx::cp_async_wait<kStages - 1>();  // block n has landed
     __syncthreads();
@@ -407,11 +395,11 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
     uint32_t pa[1][Traits::kPVSteps][4];
     accumulator_to_a_fragments<Tag>(pa, s);
     gemm_rs<Tag, KVTile, 1, kDTiles, Traits::kPVSteps>(acc, pa, v_frag, stage * KVTile::kBytes);
+    // Paged: block n + kStages's row offsets, into the ring buffer block n's offsets held (read when
+    // block n was loaded, barriers ago); then the table entries of the block after it.
     if constexpr (Traits::kPaged) {
-      if (n + kStages < w.n_end) paged.stage(w, n + kStages, stage, page_queue[0]);
-#pragma unroll
-      for (int j = 0; j + 1 < kPageAhead; ++j) page_queue[j] = page_queue[j + 1];
-      page_queue[kPageAhead - 1] = far_page;
+      if (n + kStages < w.n_end) paged.stage(w, n + kStages, stage, next_entry);
+      if (n + kStages + 1 < w.n_end) next_entry = paged.entry_for(w, n + kStages + 1);
     }
     __syncthreads();
     stage = stage + 1 == kStages ? 0 : stage + 1;

@@ -62,11 +62,16 @@ struct SequenceRows<true> {
   FastDivmod page_size;
   int last_page;
 
-  // The pool page holding key `key` (a block-table read), clamped into the pool.
-  __device__ __forceinline__ int page_of(int key) const {
-    const int page = pages[page_size.quotient(key)];
-    return page < 0 ? 0 : (page > last_page ? last_page : page);
+  // The block-table entry for key `key`, as stored (a caller may hold it a while before using it:
+  // the clamp is what consumes the load).
+  __device__ __forceinline__ int entry_of(int key) const { return pages[page_size.quotient(key)]; }
+  // A table entry clamped into the pool.
+  __device__ __forceinline__ int clamp_page(int entry) const {
+    return entry < 0 ? 0 : (entry > last_page ? last_page : entry);
   }
+  // The pool page holding key `key`.
+  __device__ __forceinline__ int page_of(int key) const { return clamp_page(entry_of(key)); }
+  // Key `key` on a (clamped) pool page.
   __device__ __forceinline__ int64_t offset_on(int page, int key) const {
     const int row = key - page_size.quotient(key) * page_size.divisor;
     return base + int64_t{page} * page_stride + int64_t{row} * row_stride;

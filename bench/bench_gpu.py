@@ -41,7 +41,6 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
-FAMILY = "auto"  # --path: the kernel family the grid, GQA and varlen cells ask flashattn for
 sys.path.insert(0, BENCH_DIR)
 from flashattn_ctypes import FlashAttn  # noqa: E402
 from summarize import markdown  # noqa: E402
@@ -220,10 +219,10 @@ def bench_cell(env, cell, variants=()):
     base = {k: v for k, v in cell.items() if k != "lengths"}
     preps = []
     if env.fa is not None:
-        preps.append(prepare_library(env.fa, "flashattn", cell, x, base))
+        preps.append(prepare_library(env.fa, "flashattn", cell, x, base, env.path))
         for name, fv in variants:
-            preps.append(prepare_library(fv, f"flashattn:{name}", cell, x, base))
-    py = prepare_python(cell, x, base)
+            preps.append(prepare_library(fv, f"flashattn:{name}", cell, x, base, env.path))
+    py = prepare_python(cell, x, base, env.path)
     if cell["mode"] == "bwd" and preps and "path" in preps[0]["row"] and "path" in py["row"]:
         py["row"]["path"] = preps[0]["row"]["path"]  # the same library picks the same backward family
     preps.append(py)
@@ -250,16 +249,16 @@ def bench_cell(env, cell, variants=()):
 
 # ---- the implementations of a cell ----------------------------------------------------------------
 
-def prepare_library(fa, impl, cell, x, base):
+def prepare_library(fa, impl, cell, x, base, family):
     """One build of the library (the main one, or a variant: another libflashattn_c.so, e.g. a
     tile-shape experiment) through the C API on preallocated buffers: {"row", "fn", "outputs"} where
     outputs are the tensors fn writes (out, lse or dq, dk, dv), filled by one call here; {"row"}
-    with the error when the call failed."""
+    with the error when the call failed. family: the kernel family asked for (--path)."""
     device, causal = x.q.device.type, cell["causal"]
     out = torch.empty(*x.q.shape[:-1], x.v.shape[-1], device=device, dtype=x.q.dtype)
     lse = torch.empty(x.lse_shape(), device=device)
     try:
-        a = fa.args(x.q, x.k, x.v, out=out, lse=lse, causal=causal, path=FAMILY, **x.varlen_kwargs())
+        a = fa.args(x.q, x.k, x.v, out=out, lse=lse, causal=causal, path=family, **x.varlen_kwargs())
         # What the C calls read or write by pointer stays alive as long as the returned dict: the
         # workspaces, and out and lse, which the backward reads (freed, their memory would be reused
         # by the next cell's allocations and the backward would read whatever those hold).
@@ -272,7 +271,7 @@ def prepare_library(fa, impl, cell, x, base):
             fa.forward(a)
             dq, dk, dv = torch.empty_like(x.q), torch.empty_like(x.k), torch.empty_like(x.v)
             ab = fa.args(x.q, x.k, x.v, out=out, lse=lse, dout=x.dout, dq=dq, dk=dk, dv=dv, causal=causal,
-                         path=FAMILY, **x.varlen_kwargs())
+                         path=family, **x.varlen_kwargs())
             keep.append(fa.with_workspace(ab, True, device))
             path = fa.path(ab, backward=True)
             fn = lambda: fa.backward(ab)  # noqa: E731
@@ -284,20 +283,20 @@ def prepare_library(fa, impl, cell, x, base):
         return {"row": dict(impl=impl, **base, error=str(e)[:300])}
 
 
-def prepare_python(cell, x, base):
+def prepare_python(cell, x, base, family):
     """flashattn.flash_attn_func (or flash_attn_varlen_func) as a PyTorch user calls it: the forward
     on plain tensors (as the SDPA rows), the backward as torch.autograd.grad of the output (the
-    forward outside the timed call, as the SDPA rows)."""
+    forward outside the timed call, as the SDPA rows). family: the kernel family asked for (--path)."""
     if flashattn is None:
         return {"row": dict(impl="flashattn-py", **base, error=f"import flashattn failed: {FLASHATTN_IMPORT_ERROR}")}
     causal = cell["causal"]
     if x.varlen:
         m = x.max_seqlen
         call = lambda q, k, v: flashattn.flash_attn_varlen_func(  # noqa: E731
-            q, k, v, x.cu_seqlens, x.cu_seqlens, m, m, causal=causal, path=FAMILY)
+            q, k, v, x.cu_seqlens, x.cu_seqlens, m, m, causal=causal, path=family)
     else:
-        call = lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=causal, path=FAMILY)  # noqa: E731
-    path = flashattn.forward_path(x.q, x.k, x.v, causal=causal, path=FAMILY, **x.varlen_kwargs())
+        call = lambda q, k, v: flashattn.flash_attn_func(q, k, v, causal=causal, path=family)  # noqa: E731
+    path = flashattn.forward_path(x.q, x.k, x.v, causal=causal, path=family, **x.varlen_kwargs())
     try:
         if cell["mode"] == "fwd":
             fn = lambda: call(x.q, x.k, x.v)  # noqa: E731
@@ -710,10 +709,11 @@ def latest_results_file():
 # ---- main ---------------------------------------------------------------------------------------------
 
 class Env:
-    """Where and how the cells run: device, timer, repetitions, the C library (or None)."""
+    """Where and how the cells run: device, timer, repetitions, the C library (or None), and the kernel
+    family (--path) the grid, GQA and varlen cells ask flashattn for."""
 
-    def __init__(self, device, reps, fa):
-        self.device, self.reps, self.fa, self.timer = device, reps, fa, Timer(device)
+    def __init__(self, device, reps, fa, path="auto"):
+        self.device, self.reps, self.fa, self.path, self.timer = device, reps, fa, path, Timer(device)
 
 
 def parse_args():
@@ -764,9 +764,7 @@ def load_library(args):
 
 
 def main():
-    global FAMILY
     args = parse_args()
-    FAMILY = args.path
     device = "cpu" if args.smoke else "cuda"
     if flashattn is None:
         print(f"warning: import flashattn failed ({FLASHATTN_IMPORT_ERROR}): the flashattn-py rows carry the "
@@ -779,7 +777,7 @@ def main():
         cells = sum(len(c) for _, c in plan)
         print(f"plan: {cells} cells in parts {args.parts}; expected run time ≈ {est / 60:.1f} min "
               f"(from {os.path.basename(source) if source else 'a default throughput'})", flush=True)
-    env = Env(device, reps, load_library(args))
+    env = Env(device, reps, load_library(args), args.path)
     variants = [(nv.split("=", 1)[0], FlashAttn(nv.split("=", 1)[1])) for nv in args.variant]
     start = time.perf_counter()
     if not args.smoke:

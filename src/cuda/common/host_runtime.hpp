@@ -1,7 +1,8 @@
 // Host-side helpers every CUDA entry point shares: the current device, per-device "done once"
 // flags for one-time host work (an instance's device check, check_kernel_fits; its shared-memory
-// opt-in, opt_in_dynamic_smem), the cuda_error Status that names who failed and at what, and the
-// 16-byte layout check of a tensor.
+// opt-in, opt_in_dynamic_smem), the cuda_error Status that names who failed and at what, a launch
+// as the previous kernel's programmatic dependent (launch_dependent), and the 16-byte layout check
+// of a tensor.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -84,6 +85,41 @@ Status check_kernel_fits(const char* who, Kernel kernel, std::size_t smem, int h
   }
   checked.set(current);
   return Status::success();
+}
+
+// Per-device answers of launch_dependent: whether the kernel was asked about, and whether it has
+// griddepcontrol (a function-local static of the kernel's launcher).
+struct GriddepFlags {
+  DeviceFlags asked, has_griddep;
+};
+
+// Launches `kernel`(args...) on `stream`; where `dependent` and the kernel has griddepcontrol (PTX for
+// sm_90+, asked once per device), as a programmatic dependent of the kernel launched just before it
+// (cudaLaunchAttributeProgrammaticStreamSerialization): it may start while that one's last blocks run
+// and must griddep_wait() (ptx/griddep.cuh) before reading what that one wrote. Otherwise a plain
+// launch in stream order. cuda_error names `who` and `what` on failure.
+template <class... Params, class... Args>
+Status launch_dependent(const char* who, const char* what, void (*kernel)(Params...), dim3 grid, dim3 block,
+                        std::size_t smem, cudaStream_t stream, bool dependent, GriddepFlags& flags, const Args&... args) {
+  const int dev = current_device();
+  if (dependent && !flags.asked.test(dev)) {
+    cudaFuncAttributes attr{};
+    const cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
+    if (e != cudaSuccess) return cuda_status(who, e, "querying the kernel's PTX version");
+    if (attr.ptxVersion >= 90) flags.has_griddep.set(dev);
+    flags.asked.set(dev);
+  }
+  cudaLaunchAttribute attribute[1] = {};
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = dependent && flags.has_griddep.test(dev) ? 1 : 0;
+  return cuda_status(who, cudaLaunchKernelEx(&config, kernel, args...), what);
 }
 
 // One dimension of a tensor view: its name (for the message), index count and stride in elements.

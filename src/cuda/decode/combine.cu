@@ -6,7 +6,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "api/status_try.hpp"
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/common/scores.cuh"
 #include "cuda/decode/launch.hpp"
@@ -118,25 +117,9 @@ Status launch_combine_as(const CombineParams& p, cudaStream_t stream) {
   const int64_t rows = int64_t{p.batch} * p.heads_q * p.seqlen_q;
   const unsigned blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
   if (blocks == 0) return Status::success();
-  const auto kernel = combine_kernel<Tag>;
-  static DeviceFlags asked, has_griddep;
-  const int dev = current_device();
-  if (!asked.test(dev)) {
-    cudaFuncAttributes attr{};
-    FLASHATTN_TRY(cuda_status("cuda decode combine", cudaFuncGetAttributes(&attr, kernel), "querying the kernel"));
-    if (attr.ptxVersion >= 90) has_griddep.set(dev);
-    asked.set(dev);
-  }
-  cudaLaunchAttribute dependent[1] = {};
-  dependent[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  dependent[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(32 * kWarpsPerBlock);
-  config.stream = stream;
-  config.attrs = dependent;
-  config.numAttrs = has_griddep.test(dev) ? 1 : 0;
-  return cuda_status("cuda decode combine", cudaLaunchKernelEx(&config, kernel, p), "kernel launch");
+  static GriddepFlags griddep;
+  return launch_dependent("cuda decode combine", "kernel launch", combine_kernel<Tag>, dim3(blocks),
+                          dim3(32 * kWarpsPerBlock), 0, stream, true, griddep, p);
 }
 
 }  // namespace

@@ -16,28 +16,13 @@ template <class Elem, int kHeadDim, bool kBigSmem>
 Status launch_bwd_tail(const BwdKernelParams& p, cudaStream_t stream, bool dependent_of_main) {
   constexpr int kSmem = BwdShape<kHeadDim, kBigSmem>::kSmemBytes;
   const auto kernel = bwd_tail_kernel<Elem, kHeadDim, kBigSmem>;
-  static DeviceFlags opted_in, asked, has_griddep;
+  static DeviceFlags opted_in;
+  static GriddepFlags griddep;
   Status s = opt_in_dynamic_smem("cuda sm80 backward", kernel, kSmem, opted_in);
   if (!s.ok()) return s;
-  const int dev = current_device();
-  if (!asked.test(dev)) {
-    cudaFuncAttributes attr{};
-    s = bwd_cuda_status(cudaFuncGetAttributes(&attr, kernel), "querying the split-tail kernel");
-    if (!s.ok()) return s;
-    if (attr.ptxVersion >= 90) has_griddep.set(dev);
-    asked.set(dev);
-  }
-  cudaLaunchAttribute dependent[1] = {};
-  dependent[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  dependent[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(int64_t{p.split_tail} * p.split_parts));
-  config.blockDim = dim3(kBwdThreads);
-  config.dynamicSmemBytes = kSmem;
-  config.stream = stream;
-  config.attrs = dependent;
-  config.numAttrs = dependent_of_main && has_griddep.test(dev) ? 1 : 0;
-  return bwd_cuda_status(cudaLaunchKernelEx(&config, kernel, p), "split-tail kernel launch");
+  const dim3 grid(static_cast<unsigned>(int64_t{p.split_tail} * p.split_parts));
+  return launch_dependent("cuda sm80 backward", "split-tail kernel launch", kernel, grid, dim3(kBwdThreads), kSmem,
+                          stream, dependent_of_main, griddep, p);
 }
 
 template <class Elem, int kHeadDim, bool kBigSmem>

@@ -92,9 +92,9 @@ __device__ __forceinline__ void load_q(const AttendParams& p, const AttendWork& 
 //   stage(n, buf, entry)   the row's element offset (the entry clamped into the pool) into ring
 //                          buffer buf;
 //   read(buf, side)        a loading thread's kLoadRows offsets (rows row0 + i·kLoadRowStep).
-// The kernel reads an entry one iteration before it stages it and uses nothing of it in between, so
-// the read's latency hides behind a whole block (ncu, batch 1, page 16: with the entry clamped as
-// soon as it was read, 20 % of the kernel's stall samples sat on that clamp).
+// The kernel reads an entry at the top of an iteration and stages it at the bottom, so the read's
+// latency hides behind a whole block (ncu, batch 1, page 16: with the entry clamped as soon as it
+// was read, 20 % of the kernel's stall samples sat on that clamp).
 // A key past the sequence stages 0: its row is zero-filled, never read.
 template <class Traits>
 struct PagedRowOffsets {
@@ -351,13 +351,10 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
   // paged: the row offsets of the first kStages blocks (the loop stages each later one a block
   // ahead of its load).
   load_q<Traits>(p, w, s_q, tid);
-  // Paged: the block-table entries of block n + kStages, read at the end of iteration n − 1.
-  [[maybe_unused]] int next_entry = 0;
   if constexpr (Traits::kPaged) {
     int first_entries[kStages];
 #pragma unroll
     for (int k = 0; k < kStages; ++k) first_entries[k] = w.n_begin + k < w.n_end ? paged.entry_for(w, w.n_begin + k) : 0;
-    if (w.n_begin + kStages < w.n_end) next_entry = paged.entry_for(w, w.n_begin + kStages);
 #pragma unroll
     for (int k = 0; k < kStages; ++k) {
       if (w.n_begin + k < w.n_end) paged.stage(w, w.n_begin + k, k, first_entries[k]);
@@ -372,6 +369,13 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
 
   int stage = 0;
   for (int n = w.n_begin; n < w.n_end; ++n) {
+    // Paged: block n + kStages's table entries, read here and staged at the bottom of this
+    // iteration, so the whole block's work hides the read (a read still in flight at the loop's
+    // back edge is waited for at its head: ncu put 20 % of the stall samples there).
+    [[maybe_unused]] int entry = 0;
+    if constexpr (Traits::kPaged) {
+      if (n + kStages < w.n_end) entry = paged.entry_for(w, n + kStages);
+    }
     // Keep kStages − 1 blocks in flight: the stage refilled here was last read in the previous
     // iteration, which every warp has left (the barrier at its end).
     const int ahead = n + kStages - 1;
@@ -396,10 +400,9 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
     accumulator_to_a_fragments<Tag>(pa, s);
     gemm_rs<Tag, KVTile, 1, kDTiles, Traits::kPVSteps>(acc, pa, v_frag, stage * KVTile::kBytes);
     // Paged: block n + kStages's row offsets, into the ring buffer block n's offsets held (read when
-    // block n was loaded, barriers ago); then the table entries of the block after it.
+    // block n was loaded, barriers ago).
     if constexpr (Traits::kPaged) {
-      if (n + kStages < w.n_end) paged.stage(w, n + kStages, stage, next_entry);
-      if (n + kStages + 1 < w.n_end) next_entry = paged.entry_for(w, n + kStages + 1);
+      if (n + kStages < w.n_end) paged.stage(w, n + kStages, stage, entry);
     }
     __syncthreads();
     stage = stage + 1 == kStages ? 0 : stage + 1;

@@ -88,18 +88,23 @@ __device__ __forceinline__ void load_q(const AttendParams& p, const AttendWork& 
 // found the row itself (a block-table read, a division by the page size and two 64-bit products per
 // row and side), the paged kernel would execute twice the contiguous one's instructions for the same
 // bytes and read them at ~0.8× its rate. Thread t stages row t % kBlockN of K (t < kBlockN) or V:
-//   entry_for(n)           its row's block-table entry for block n, as stored;
-//   stage(n, buf, entry)   the row's element offset (the entry clamped into the pool) into ring
-//                          buffer buf;
-//   read(buf, side)        a loading thread's kLoadRows offsets (rows row0 + i·kLoadRowStep).
-// The kernel reads an entry at the top of an iteration and stages it at the bottom, so the read's
-// latency hides behind a whole block (ncu, batch 1, page 16: with the entry clamped as soon as it
-// was read, 20 % of the kernel's stall samples sat on that clamp).
-// A key past the sequence stages 0: its row is zero-filled, never read.
+//   entry_for(n)             its row's block-table entry for block n, read now (the prologue);
+//   fetch_entry(n, slot)     the same entry copied into entry ring slot `slot` (cp.async, in the
+//                            caller's next commit group);
+//   stage(n, buf, entry)     the row's element offset (the entry clamped into the pool) into offset
+//                            ring buffer buf;
+//   fetched(slot)            an entry fetch_entry copied, once its group has landed;
+//   read(buf, side)          a loading thread's kLoadRows offsets (rows row0 + i·kLoadRowStep).
+// In the loop an entry travels with the K/V block loaded kStages − 1 blocks earlier, so its latency
+// hides behind the same waits as the K/V bytes: read into a register, it was waited for within the
+// iteration (ncu, batch 1, page 16: 20 % of the kernel's stall samples, at the back edge or at the
+// clamp, wherever the read was placed).
+// A key past the sequence stages 0: its row is zero-filled, never read; its entry is not fetched.
 template <class Traits>
 struct PagedRowOffsets {
   static constexpr int kBlockN = Traits::kBlockN, kLoadRows = Traits::kLoadRows, kStep = Traits::kLoadRowStep;
   int64_t* ring;             // [kStages][side][row % kStep][row / kStep]
+  int32_t* entries;          // [kStages][side][row]
   SequenceRows<true> rows;   // this thread's side of the cache
   int row, side;             // the row this thread stages
 
@@ -107,6 +112,12 @@ struct PagedRowOffsets {
     const int key = n * kBlockN + row;
     return key < w.mask.seqlen_k ? rows.entry_of(key) : 0;
   }
+  __device__ __forceinline__ int32_t* entry_slot(int slot) const { return entries + (slot * 2 + side) * kBlockN + row; }
+  __device__ __forceinline__ void fetch_entry(const AttendWork& w, int n, int slot) const {
+    const int key = n * kBlockN + row;
+    if (key < w.mask.seqlen_k) ptx::cp_async_4(ptx::smem_addr(entry_slot(slot)), rows.entry_address(key));
+  }
+  __device__ __forceinline__ int fetched(int slot) const { return *entry_slot(slot); }
   __device__ __forceinline__ void stage(const AttendWork& w, int n, int buffer, int entry) const {
     const int key = n * kBlockN + row;
     ring[((buffer * 2 + side) * kStep + row % kStep) * kLoadRows + row / kStep] =
@@ -320,6 +331,7 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
   [[maybe_unused]] PagedRowOffsets<Traits> paged;
   if constexpr (Traits::kPaged) {
     paged.ring = reinterpret_cast<int64_t*>(smem + Traits::kRowOffsetsOffset);
+    paged.entries = reinterpret_cast<int32_t*>(smem + Traits::kEntriesOffset);
     paged.side = tid / Traits::kBlockN;
     paged.row = tid % Traits::kBlockN;
     paged.rows = paged.side == 0 ? k_rows : v_rows;
@@ -349,7 +361,8 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
 
   // Prologue: Q and the first kStages − 1 key blocks, one commit group each (Q joins the first);
   // paged: the row offsets of the first kStages blocks (the loop stages each later one a block
-  // ahead of its load).
+  // ahead of its load), and with block n_begin + k's group the table entries of block
+  // n_begin + kStages + k, into entry slot k.
   load_q<Traits>(p, w, s_q, tid);
   if constexpr (Traits::kPaged) {
     int first_entries[kStages];
@@ -364,22 +377,24 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {
     if (w.n_begin + k < w.n_end) load_block(w.n_begin + k, k);
+    if constexpr (Traits::kPaged) {
+      if (w.n_begin + kStages + k < w.n_end) paged.fetch_entry(w, w.n_begin + kStages + k, k);
+    }
     ptx::cp_async_commit();
   }
 
   int stage = 0;
   for (int n = w.n_begin; n < w.n_end; ++n) {
-    // Paged: block n + kStages's table entries, read here and staged at the bottom of this
-    // iteration, so the whole block's work hides the read (a read still in flight at the loop's
-    // back edge is waited for at its head: ncu put 20 % of the stall samples there).
-    [[maybe_unused]] int entry = 0;
-    if constexpr (Traits::kPaged) {
-      if (n + kStages < w.n_end) entry = paged.entry_for(w, n + kStages);
-    }
     // Keep kStages − 1 blocks in flight: the stage refilled here was last read in the previous
     // iteration, which every warp has left (the barrier at its end).
     const int ahead = n + kStages - 1;
-    if (ahead < w.n_end) load_block(ahead, (stage + kStages - 1) % kStages);
+    const int ahead_stage = stage == 0 ? kStages - 1 : stage - 1;
+    if (ahead < w.n_end) load_block(ahead, ahead_stage);
+    // Paged: with it, block ahead + kStages's table entries; staged at the bottom of iteration
+    // ahead, after this group has landed.
+    if constexpr (Traits::kPaged) {
+      if (ahead + kStages < w.n_end) paged.fetch_entry(w, ahead + kStages, ahead_stage);
+    }
     ptx::cp_async_commit();
     ptx::cp_async_wait<kStages - 1>();  // block n has landed
     __syncthreads();
@@ -400,9 +415,9 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
     accumulator_to_a_fragments<Tag>(pa, s);
     gemm_rs<Tag, KVTile, 1, kDTiles, Traits::kPVSteps>(acc, pa, v_frag, stage * KVTile::kBytes);
     // Paged: block n + kStages's row offsets, into the ring buffer block n's offsets held (read when
-    // block n was loaded, barriers ago).
+    // block n was loaded, barriers ago), from the entries that landed with block n.
     if constexpr (Traits::kPaged) {
-      if (n + kStages < w.n_end) paged.stage(w, n + kStages, stage, entry);
+      if (n + kStages < w.n_end) paged.stage(w, n + kStages, stage, paged.fetched(stage));
     }
     __syncthreads();
     stage = stage + 1 == kStages ? 0 : stage + 1;

@@ -82,22 +82,20 @@ int num_m_blocks(const KVCacheParams& p) {
 
 // Splits of each sequence's keys, from the shapes, the cache's capacity and the SM count (never the
 // cache lengths, which live on the device). The grid of blocks = batch · heads_kv · row tiles runs on
-// the GPU's slots: one thread block per SM, two when a key block spans several pages (measured at
-// batch 1, page 16: 32 splits 3–6 % faster than 16; pages of 64 and 256 keys, like a contiguous cache,
-// 1–4 % slower with 32). A grid that fills 80 % of the slots is
-// not split (more splits only add partials and a combine). Otherwise a split of a sequence with K
-// key blocks walks ceil(K / s) of them (at least kMinBlocksPerSplit) plus about kSplitOverhead
-// blocks' worth of fixed work (Q, the warps' merge, the partials), in ceil(blocks · s / slots)
-// rounds; the rule takes the s ≤ kMaxSplits of the least rounds × (steps + overhead), the fewest
-// splits among equals. Measured on the H200 (bench/decode_sweep.py, docs/kvcache.md): at batch 1 ×
-// 8 kv heads, 16 splits (8 key blocks each at 8k keys) ran 9 % faster than 15 (9 for the longest),
-// 33 slower. A caller's num_splits wins. The kernel spreads a sequence's real key blocks evenly over
-// the splits.
+// one slot per SM, paged or not (measured at batch 1 × 32k, page 16, since the table entries travel
+// with the K/V loads: 16 splits 3–5 % faster than 32). A grid that fills 80 % of the slots is not
+// split (more splits only add partials and a combine). Otherwise a split of a sequence with K key
+// blocks walks ceil(K / s) of them (at least kMinBlocksPerSplit) plus about kSplitOverhead blocks'
+// worth of fixed work (Q, the warps' merge, the partials), in ceil(blocks · s / slots) rounds; the
+// rule takes the s ≤ kMaxSplits of the least rounds × (steps + overhead), the fewest splits among
+// equals. Measured on the H200 (bench/decode_sweep.py, docs/kvcache.md): at batch 1 × 8 kv heads,
+// 16 splits (8 key blocks each at 8k keys) ran 9 % faster than 15 (9 for the longest), 33 slower.
+// A caller's num_splits wins. The kernel spreads a sequence's real key blocks evenly over the splits.
 int choose_splits(const KVCacheParams& p, const DeviceInfo& dev, int head_dim) {
   if (p.num_splits > 0) return p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
   const int64_t blocks = p.batch * p.heads_kv * num_m_blocks(p);
   const int64_t block_n = decode_shape(head_dim).block_n;
-  const int64_t slots = int64_t{dev.num_sms} * (p.is_paged() && p.page_size < block_n ? 2 : 1);
+  const int64_t slots = dev.num_sms;
   const int64_t key_blocks = (p.seqlen_k + block_n - 1) / block_n;
   if (blocks == 0 || key_blocks == 0 || 5 * blocks >= 4 * slots) return 1;
   constexpr int64_t kSplitOverhead = 3;

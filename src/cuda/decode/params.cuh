@@ -64,7 +64,8 @@ struct SequenceRows<true> {
 
   // The block-table entry for key `key`, as stored (a caller may hold it a while before using it:
   // the clamp is what consumes the load).
-  __device__ __forceinline__ int entry_of(int key) const { return pages[page_size.quotient(key)]; }
+  __device__ __forceinline__ int entry_of(int key) const { return *entry_address(key); }
+  __device__ __forceinline__ const int32_t* entry_address(int key) const { return pages + page_size.quotient(key); }
   // A table entry clamped into the pool.
   __device__ __forceinline__ int clamp_page(int entry) const {
     return entry < 0 ? 0 : (entry > last_page ? last_page : entry);

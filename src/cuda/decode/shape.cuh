@@ -55,16 +55,20 @@ struct DecodeTraits {
   // Paged caches: the element offsets of a key block's rows, K's and V's, one per row and side, in a
   // ring of kStages blocks (attend_kernel.cuh's PagedRowOffsets). Thread t computes row
   // t % kBlockN of side t / kBlockN; a loading thread reads its kLoadRows rows as consecutive words.
+  // And the block-table entries those offsets come from, copied in (cp.async) kStages − 1 blocks
+  // before they are staged: a ring of kStages blocks of one int32 per row and side.
   static constexpr std::size_t kRowOffsetsBytes = kPaged ? std::size_t{kStages} * 2 * kBlockN * sizeof(int64_t) : 0;
+  static constexpr std::size_t kEntriesBytes = kPaged ? std::size_t{kStages} * 2 * kBlockN * sizeof(int32_t) : 0;
   static_assert(!kPaged || kThreads == 2 * kBlockN, "one thread per row and side stages the row offsets");
 
-  // Shared storage: Q | K stages | V stages | row offsets (paged). After the key loop the K/V stages
+  // Shared storage: Q | K stages | V stages | row offsets | table entries (paged). After the key loop the K/V stages
   // hold the warps' fp32 partial outputs and row statistics for the merge (kMergeBytes ≤ their size).
   static constexpr uint32_t kQOffset = 0;
   static constexpr uint32_t kKOffset = kQOffset + QTile::kBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * KVTile::kBytes;
   static constexpr uint32_t kRowOffsetsOffset = kVOffset + kStages * KVTile::kBytes;
-  static constexpr std::size_t kSmemBytes = kRowOffsetsOffset + kRowOffsetsBytes;
+  static constexpr uint32_t kEntriesOffset = kRowOffsetsOffset + kRowOffsetsBytes;
+  static constexpr std::size_t kSmemBytes = kEntriesOffset + kEntriesBytes;
   static constexpr std::size_t kMergeOutBytes = std::size_t{kWarps} * kBlockM * kHeadDim * 4;
   static constexpr std::size_t kMergeBytes = kMergeOutBytes + 2 * std::size_t{kWarps} * kBlockM * 4;
   static_assert(kMergeBytes <= 2 * kStages * KVTile::kBytes, "the merge fits in the K/V stages");

@@ -1,7 +1,8 @@
 // cp.async.cg.shared.global (sm_80+): asynchronous 16-byte global → shared copies that bypass L1,
 // grouped by commit_group and waited on by wait_group.
 //
-// Contract: each call copies 16 bytes; both addresses 16-byte aligned. `src_bytes` < 16 zero-fills
+// Contract: cp_async_16 copies 16 bytes, both addresses 16-byte aligned; cp_async_4 (cp.async.ca,
+// through L1: small gathers such as block-table entries) copies 4 bytes, both addresses 4-byte aligned. `src_bytes` < 16 zero-fills
 // the rest of the destination (src_bytes = 0 reads nothing and writes 16 zero bytes: the
 // predicated-off load used for rows past the sequence end and columns past the head dim).
 // wait_group<N> returns when at most N of this thread's committed groups are still in flight; a
@@ -17,6 +18,14 @@ namespace flashattn::ptx {
 __device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void* gmem_src, uint32_t src_bytes = 16) {
 #if FLASHATTN_PTX_SM80
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_dst), "l"(gmem_src), "r"(src_bytes));
+#else
+  FLASHATTN_PTX_UNSUPPORTED("cp.async needs sm_80");
+#endif
+}
+
+__device__ __forceinline__ void cp_async_4(uint32_t smem_dst, const void* gmem_src) {
+#if FLASHATTN_PTX_SM80
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_dst), "l"(gmem_src));
 #else
   FLASHATTN_PTX_UNSUPPORTED("cp.async needs sm_80");
 #endif

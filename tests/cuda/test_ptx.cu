@@ -129,6 +129,30 @@ __global__ void cp_async_kernel(const uint4* src, uint4* out) {
   if (threadIdx.x < 3) out[threadIdx.x] = s[threadIdx.x];
 }
 
+// cp.async 4-byte: a gather, thread i copies word (7·i) % 32 of src into shared word i, over 0xFF bytes.
+__global__ void cp_async_4_kernel(const uint32_t* src, uint32_t* out) {
+  __shared__ uint32_t s[32];
+  s[threadIdx.x] = ~0u;
+  __syncthreads();
+  using namespace flashattn::ptx;
+  cp_async_4(smem_addr(&s[threadIdx.x]), &src[(7 * threadIdx.x) % 32]);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  out[threadIdx.x] = s[threadIdx.x];
+}
+
+TEST(CudaPtx, CpAsync4Gathers) {
+  FA_REQUIRE_DEVICE();
+  std::vector<uint32_t> src(32);
+  for (int i = 0; i < 32; ++i) src[i] = 0x9E3779B9u * (i + 1);
+  fa_test::DeviceBuffer<uint32_t> dsrc(src), dout(32);
+  cp_async_4_kernel<<<1, 32>>>(dsrc.ptr, dout.ptr);
+  FA_KERNEL_OK();
+  const std::vector<uint32_t> o = dout.download();
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(o[i], src[(7 * i) % 32]) << "word " << i;
+}
+
 // red.global.add: 4 blocks × 64 threads add i + 1 (thread i) into a poisoned-free, nonzero start
 // vector through each form; integers, so every order gives the same exact sum: start + 4 (i + 1)
 // for each element a thread owns. Thread i owns elements [w·i, w·i + w) of the w-wide form.

@@ -1,6 +1,7 @@
 """flash_attn_varlen_func with block_table (paged prefill): k and v are page pools addressed through
 block_table, cu_seqlens_k gives each sequence's length. On the CPU the result is bitwise the plain
-varlen call's on the same keys packed; the CUDA families refuse it by name; there is no backward."""
+varlen call's on the same keys packed, and so on CUDA through the sm80 family (sm90 refuses it by name);
+there is no backward."""
 import pytest
 import torch
 
@@ -121,8 +122,36 @@ def test_opcheck_and_compile():
 
 @needs_cuda
 @pytest.mark.gpu
-def test_cuda_refuses_by_name():
+@pytest.mark.parametrize("page_size", [1, 3, 16, 64, 256])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("opts", [{}, {"causal": True}, {"window_size": (6, 2), "softcap": 3.0}],
+                         ids=["full", "causal", "window-softcap"])
+def test_cuda_paged_equals_packed(page_size, dtype, opts):
+    """The sm80 family reads the pages (auto picks it: sm90 refuses a block table); the same tiles
+    as its packed call, so bitwise the same out and lse."""
+    lens_q, lens_k = [5, 0, 140, 1], [9, 3, 170, 300]
+    q, k, v, k_pages, v_pages, table = problem(lens_q, lens_k, 4, 2, 128, dtype, page_size)
+    q, k, v, k_pages, v_pages, table = (t.cuda() for t in (q, k, v, k_pages, v_pages, table))
+    cu_q, cu_k = cu_seqlens(lens_q, "cuda"), cu_seqlens(lens_k, "cuda")
+    args = (cu_q, cu_k, max(lens_q), max(lens_k))
+    out, lse, _ = flash_attn_varlen_func(q, k, v, *args, return_attn_probs=True, path="sm80", **opts)
+    out_p, lse_p, _ = flash_attn_varlen_func(q, k_pages, v_pages, *args, return_attn_probs=True,
+                                             block_table=table, **opts)
+    assert not out_p.isnan().any()
+    assert torch.equal(out_p, out)
+    assert torch.equal(lse_p, lse)
+    ref = flash_attn_varlen_func(q.cpu().float(), k.cpu().float(), v.cpu().float(), cu_q.cpu(), cu_k.cpu(),
+                                 max(lens_q), max(lens_k), **opts)
+    torch.testing.assert_close(out_p.float().cpu(), ref, atol=2e-2, rtol=2e-2)
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_cuda_sm90_refuses_by_name():
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the sm90 family runs on compute capability 9.0 only")
     q, _, _, k_pages, v_pages, table = problem([3], [5], 2, 2, 64, torch.bfloat16, 4)
     cu_q, cu_k = cu_seqlens([3], "cuda"), cu_seqlens([5], "cuda")
     with pytest.raises(NotSupportedError, match="block_table"):
-        flash_attn_varlen_func(q.cuda(), k_pages.cuda(), v_pages.cuda(), cu_q, cu_k, 3, 5, block_table=table.cuda())
+        flash_attn_varlen_func(q.cuda(), k_pages.cuda(), v_pages.cuda(), cu_q, cu_k, 3, 5, block_table=table.cuda(),
+                               path="sm90")

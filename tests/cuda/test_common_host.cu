@@ -13,6 +13,7 @@
 
 #include "cuda/common/mask.cuh"
 #include "cuda/common/scores.cuh"
+#include "cuda/common/fast_divmod.cuh"
 #include "cuda/decode/params.cuh"
 #include "cuda/decode/shape.cuh"
 #include "cuda/sm80/bwd_tile.cuh"
@@ -313,10 +314,10 @@ TEST(CudaDecode, PackedRowsAndPartialRowsAreBijections) {
 }
 
 // The page arithmetic's division by an invariant divisor is exact for every page size and key.
-TEST(CudaDecode, FastDivmodIsExact) {
-  using flashattn::cuda::decode::FastDivmod;
+TEST(CudaCommon, FastDivmodIsExact) {
+  using flashattn::cuda::FastDivmod;
   std::mt19937 rng(5);
-  for (int d : {1, 2, 3, 5, 7, 16, 17, 63, 64, 100, 256, 1000, 4097, 65536, 1 << 20, (1 << 30) + 3}) {
+  for (int d : {1, 2, 3, 5, 7, 16, 17, 63, 64, 100, 256, 1000, 4097, 65536, 1 << 20, (1 << 30) + 3, 0x7fffffff}) {
     const FastDivmod f = FastDivmod::of(d);
     for (int it = 0; it < 20000; ++it) {
       const int n = it < 1000 ? it : static_cast<int>(rng() & 0x7fffffff);

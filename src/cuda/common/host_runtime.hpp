@@ -148,12 +148,12 @@ inline Status check_16byte_layout(const char* who, const char* tensor, const voi
   return Status::success();
 }
 
-// The CUDA forward kernels read packed or padded K/V only: a paged forward (block_table) is refused
-// by name, never run as if its page pools were packed keys.
+// A forward family that reads packed or padded K/V only (sm90) refuses a paged forward
+// (block_table) by name, never running its page pools as if they were packed keys.
 inline Status refuse_paged_forward(const char* who, const FwdParams& p) {
   if (!p.is_paged()) return Status::success();
   return Status::unsupported(std::string(who) +
-                             ": block_table: the CUDA forward does not read paged K/V yet; runs on the cpu family");
+                             ": block_table: this family does not read paged K/V; the sm80 and cpu families do");
 }
 
 }  // namespace flashattn::cuda

@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include <string>
 
 #include "api/status_try.hpp"
@@ -44,11 +46,20 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p) {
   k.lse_head_stride = p.lse_head_stride;
   k.cu_seqlens_q = p.cu_seqlens_q;
   k.cu_seqlens_k = p.cu_seqlens_k;
+  if (p.is_paged()) {
+    k.block_table = p.block_table;
+    k.block_table_batch_stride = p.block_table_batch_stride;
+    // Keys are < seqlen_k ≤ kMaxSeqlen (fwd_plan.cu), so a larger page is one page for every key.
+    k.page_size = FastDivmod::of(static_cast<int>(std::min<int64_t>(p.page_size, kMaxSeqlen)));
+    k.last_page = static_cast<int>(p.num_pages - 1);
+  }
   k.batch = static_cast<int>(p.batch);
   k.heads_q = static_cast<int>(p.heads_q);
   k.group_size = static_cast<int>(p.group_size());
   k.seqlen_q = static_cast<int>(p.seqlen_q);
-  k.seqlen_k = static_cast<int>(p.seqlen_k);
+  // Paged: a sequence longer than its table row is cut to it on the device, so that no table read
+  // leaves the row whatever cu_seqlens_k holds (host values were checked by validation).
+  k.seqlen_k = static_cast<int>(p.is_paged() ? std::min(p.seqlen_k, p.max_pages * p.page_size) : p.seqlen_k);
   k.hdim_qk = static_cast<int>(p.hdim_qk);
   k.hdim_v = static_cast<int>(p.hdim_v);
   k.num_m_blocks = ceil_div(k.seqlen_q, Traits::kBlockM);
@@ -97,14 +108,21 @@ Status fwd_device_check_shape(bool big_smem) {
   return fwd_device_check_traits<FwdTraits<Tag, kHeadDim, kMasked, false>>();
 }
 
+// Paged K/V (paged prefill) runs one kernel per (Tag, D): the masked one (it also runs unmasked
+// calls), at the shape every sm_80+ GPU takes.
+template <class Tag, int kHeadDim>
+using FwdPagedTraits = FwdTraits<Tag, kHeadDim, true, false, true>;
+
 template <class Tag, int kHeadDim>
 Status fwd_run(const FwdParams& p, bool big_smem) {
+  if (p.is_paged()) return fwd_launch<FwdPagedTraits<Tag, kHeadDim>>(p);
   if (mask_of(p.options).has_mask()) return fwd_run_shape<Tag, kHeadDim, true>(p, big_smem);
   return fwd_run_shape<Tag, kHeadDim, false>(p, big_smem);
 }
 
 template <class Tag, int kHeadDim>
 Status fwd_device_check(const FwdParams& p, bool big_smem) {
+  if (p.is_paged()) return fwd_device_check_traits<FwdPagedTraits<Tag, kHeadDim>>();
   if (mask_of(p.options).has_mask()) return fwd_device_check_shape<Tag, kHeadDim, true>(big_smem);
   return fwd_device_check_shape<Tag, kHeadDim, false>(big_smem);
 }

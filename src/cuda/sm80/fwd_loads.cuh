@@ -8,6 +8,7 @@
 #include "cuda/common/seqlen.cuh"
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/sm80/fwd_params.cuh"
+#include "cuda/sm80/kv_rows.cuh"
 #include "cuda/sm80/tile_io.cuh"
 
 namespace flashattn::cuda::sm80 {
@@ -29,6 +30,12 @@ struct FwdTileLoader {
       IO::load_async_or_zero(smem, gmem, row_stride, rows_valid, cols_valid, tid + kThreads);
     }
   }
+  template <class RowAddress>
+  __device__ __forceinline__ static void load_rows_async_or_zero(uint32_t smem, const RowAddress& row_address,
+                                                                 int rows_valid, int cols_valid, int tid) {
+    IO::load_rows_async_or_zero(smem, row_address, rows_valid, cols_valid, tid);
+    if constexpr (kPlays == 2) IO::load_rows_async_or_zero(smem, row_address, rows_valid, cols_valid, tid + kThreads);
+  }
 };
 
 // The loads of one thread block: its Q tile once, then key block n's K or V tile into a stage
@@ -47,17 +54,40 @@ struct FwdLoads {
   const char* v_head;
   uint32_t s_k, s_v;   // the K and V stage buffers in shared memory
   int tid;
+  PagedKVRows k_pages, v_pages;  // paged instances: this sequence's pages of K and V
 
   // Issues the cp.async copies of key block n (K or V) into a stage buffer.
   __device__ __forceinline__ void k(int n, int stage) const {
-    LoadKV::load_async_or_zero(s_k + stage * KVTile::kBytes,
-                               k_head + static_cast<int64_t>(n) * kBlockN * p.k_row_stride * kElemBytes,
-                               p.k_row_stride, seq.seqlen_k - n * kBlockN, p.hdim_qk, tid);
+    if constexpr (Traits::kPaged) {
+      paged_block(k_pages, p.k, s_k + stage * KVTile::kBytes, n, p.hdim_qk);
+    } else {
+      LoadKV::load_async_or_zero(s_k + stage * KVTile::kBytes,
+                                 k_head + static_cast<int64_t>(n) * kBlockN * p.k_row_stride * kElemBytes,
+                                 p.k_row_stride, seq.seqlen_k - n * kBlockN, p.hdim_qk, tid);
+    }
   }
   __device__ __forceinline__ void v(int n, int stage) const {
-    LoadKV::load_async_or_zero(s_v + stage * KVTile::kBytes,
-                               v_head + static_cast<int64_t>(n) * kBlockN * p.v_row_stride * kElemBytes,
-                               p.v_row_stride, seq.seqlen_k - n * kBlockN, p.hdim_v, tid);
+    if constexpr (Traits::kPaged) {
+      paged_block(v_pages, p.v, s_v + stage * KVTile::kBytes, n, p.hdim_v);
+    } else {
+      LoadKV::load_async_or_zero(s_v + stage * KVTile::kBytes,
+                                 v_head + static_cast<int64_t>(n) * kBlockN * p.v_row_stride * kElemBytes,
+                                 p.v_row_stride, seq.seqlen_k - n * kBlockN, p.hdim_v, tid);
+    }
+  }
+
+  // Key block n from a page pool: when the page size is a multiple of the block's, one page holds
+  // the whole block and its rows are one stride apart; else each row is found on its own page.
+  __device__ __forceinline__ void paged_block(const PagedKVRows& rows, const void* pool, uint32_t smem, int n,
+                                              int cols) const {
+    const char* base = static_cast<const char*>(pool);
+    const int key0 = n * kBlockN, rows_valid = seq.seqlen_k - key0;
+    if (rows.page_size.divisor % kBlockN == 0) {
+      LoadKV::load_async_or_zero(smem, base + rows.offset(key0) * kElemBytes, rows.row_stride, rows_valid, cols, tid);
+    } else {
+      const auto row_address = [&](int row) { return base + rows.offset(key0 + row) * kElemBytes; };
+      LoadKV::load_rows_async_or_zero(smem, row_address, rows_valid, cols, tid);
+    }
   }
 
   // Before the key loop: Q (rows from m0 of q_head) and the first key block n's K, and with two

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/fast_divmod.cuh"
 #include "cuda/common/scores.cuh"
 
 namespace flashattn::cuda::sm80 {
@@ -24,8 +25,16 @@ struct FwdKernelParams {
   const int32_t* cu_seqlens_q;  // varlen (device arrays), else null
   const int32_t* cu_seqlens_k;
 
+  // Paged K/V (paged instances only; kv_rows.cuh): k and v are page pools, k_batch_stride and
+  // v_batch_stride their page strides, and sequence b's key t is row t % page_size of page
+  // block_table[b·block_table_batch_stride + t / page_size], clamped to [0, last_page].
+  const int32_t* block_table;
+  int64_t block_table_batch_stride;
+  FastDivmod page_size;
+  int last_page;
+
   int batch, heads_q, group_size;  // group_size = heads_q / heads_kv (GQA / MQA)
-  int seqlen_q, seqlen_k;          // padded: the lengths; varlen: the maxima
+  int seqlen_q, seqlen_k;          // padded: the lengths; varlen: the maxima (paged: ≤ the table's capacity)
   int hdim_qk, hdim_v;             // actual head dims (≤ the instance's D; multiples of 8)
   int num_m_blocks;                // ceil(seqlen_q / block_m): the grid is num_m_blocks·heads_q·batch
 

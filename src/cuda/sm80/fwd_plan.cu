@@ -27,10 +27,17 @@ Status check_layout(const FwdParams& p) {
   const int64_t batch = p.is_varlen() ? 1 : p.batch;  // varlen has no batch dimension
   FLASHATTN_TRY(check_16byte_layout(kWho, "q", p.q, {{"batch", batch, p.q_batch_stride}, {"row", rows_q, p.q_row_stride},
                                               {"head", p.heads_q, p.q_head_stride}}));
-  FLASHATTN_TRY(check_16byte_layout(kWho, "k", p.k, {{"batch", batch, p.k_batch_stride}, {"row", rows_k, p.k_row_stride},
-                                              {"head", p.heads_kv, p.k_head_stride}}));
-  FLASHATTN_TRY(check_16byte_layout(kWho, "v", p.v, {{"batch", batch, p.v_batch_stride}, {"row", rows_k, p.v_row_stride},
-                                              {"head", p.heads_kv, p.v_head_stride}}));
+  if (p.is_paged()) {  // page pools [num_pages, page_size, heads_kv, d]
+    FLASHATTN_TRY(check_16byte_layout(kWho, "k", p.k, {{"page", p.num_pages, p.k_batch_stride},
+                                                {"row", p.page_size, p.k_row_stride}, {"head", p.heads_kv, p.k_head_stride}}));
+    FLASHATTN_TRY(check_16byte_layout(kWho, "v", p.v, {{"page", p.num_pages, p.v_batch_stride},
+                                                {"row", p.page_size, p.v_row_stride}, {"head", p.heads_kv, p.v_head_stride}}));
+  } else {
+    FLASHATTN_TRY(check_16byte_layout(kWho, "k", p.k, {{"batch", batch, p.k_batch_stride}, {"row", rows_k, p.k_row_stride},
+                                                {"head", p.heads_kv, p.k_head_stride}}));
+    FLASHATTN_TRY(check_16byte_layout(kWho, "v", p.v, {{"batch", batch, p.v_batch_stride}, {"row", rows_k, p.v_row_stride},
+                                                {"head", p.heads_kv, p.v_head_stride}}));
+  }
   FLASHATTN_TRY(check_16byte_layout(kWho, "out", p.out, {{"batch", batch, p.o_batch_stride}, {"row", rows_q, p.o_row_stride},
                                                   {"head", p.heads_q, p.o_head_stride}}));
   return Status::success();
@@ -41,6 +48,10 @@ Status check_sizes(const FwdParams& p, int head_dim, bool big_smem) {
     return Status::unsupported(std::string(kWho) + ": seqlen_q = " + std::to_string(p.seqlen_q) + ", seqlen_k = " +
                                std::to_string(p.seqlen_k) + ": sequences longer than " + std::to_string(kMaxSeqlen) +
                                " are not supported");
+  }
+  if (p.is_paged() && p.num_pages > INT_MAX) {
+    return Status::unsupported(std::string(kWho) + ": num_pages = " + std::to_string(p.num_pages) +
+                               " is above 2^31 - 1, the most the paged forward addresses");
   }
   const FwdTileShape shape = fwd_tile_shape(head_dim, p.dtype, big_smem);
   const int64_t blocks = (p.seqlen_q + shape.block_m - 1) / shape.block_m * p.heads_q * p.batch;
@@ -55,7 +66,6 @@ Status check_sizes(const FwdParams& p, int head_dim, bool big_smem) {
 }  // namespace
 
 Status plan_forward(const FwdParams& p, Plan* plan) {
-  FLASHATTN_TRY(refuse_paged_forward(kWho, p));
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
     return Status::unsupported(std::string(kWho) + ": dtype " + to_string(p.dtype) +
                                " is not supported: the tensor-core kernels take f16 or bf16 (f32 runs on the CPU "
@@ -76,7 +86,7 @@ Status plan_forward(const FwdParams& p, Plan* plan) {
     return Status::unsupported(std::string(kWho) + ": needs compute capability >= 8.0, the current device has " +
                                std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor));
   }
-  const bool big_smem = fwd_has_big_smem_shape(inst->head_dim, p.dtype) &&
+  const bool big_smem = !p.is_paged() && fwd_has_big_smem_shape(inst->head_dim, p.dtype) &&
                         static_cast<std::size_t>(dev.smem_optin) >= kFwdBigSmemBytes;
   FLASHATTN_TRY(check_sizes(p, inst->head_dim, big_smem));
   FLASHATTN_TRY(check_layout(p));

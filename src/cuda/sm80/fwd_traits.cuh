@@ -59,12 +59,13 @@ constexpr DType dtype_of() {
   return std::is_same_v<Tag, ptx::BF16> ? DType::bf16 : DType::f16;
 }
 
-template <class Tag_, int kHeadDim_, bool kMasked_, bool kBigSmem_ = false>
+template <class Tag_, int kHeadDim_, bool kMasked_, bool kBigSmem_ = false, bool kPaged_ = false>
 struct FwdTraits {
   using Tag = Tag_;                       // ptx::F16 or ptx::BF16
   static constexpr int kHeadDim = kHeadDim_;  // instance head dim D (tiles are D wide; d ≤ D runs here)
   static constexpr bool kMasked = kMasked_;   // causal / local window: block skipping + element masks
   static constexpr bool kBigSmem = kBigSmem_; // the shape for GPUs with kFwdBigSmemBytes per block
+  static constexpr bool kPaged = kPaged_;     // K/V in block-table pages (kv_rows.cuh's PagedKVRows)
   static constexpr FwdTileShape kShape = fwd_tile_shape(kHeadDim, dtype_of<Tag>(), kBigSmem);
 
   static constexpr int kBlockM = kShape.block_m;

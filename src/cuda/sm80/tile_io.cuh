@@ -2,6 +2,7 @@
 //   load_async_or_zero: global → shared through cp.async (16-byte chunks, bypassing L1), chunks in
 //     rows past `rows_valid` or columns past `cols_valid` zeroed by shared stores instead — the
 //     predicated loads for the sequence end and for head dims below the instance's;
+//   load_rows_async_or_zero: the same from rows found one by one (paged K/V);
 //   store: shared → global with 16-byte vector stores, same predicates (nothing written).
 // Thread `tid` handles chunks tid, tid + kThreads, ... of the tile in row-major chunk order, so each
 // warp reads or writes whole consecutive 16-byte runs of a row: coalesced.
@@ -71,6 +72,28 @@ struct TileIO {
         } else {
           store_zero_16(d);
         }
+      }
+    }
+  }
+
+  // The same tile from rows that are not one stride apart (pages): `row_address(row)` gives row
+  // `row`'s element (0, 0) as a byte pointer, asked only for valid rows. A thread asks for each of
+  // its rows once, for its fixed chunk column.
+  template <class RowAddress>
+  __device__ __forceinline__ static void load_rows_async_or_zero(uint32_t smem, const RowAddress& row_address,
+                                                                 int rows_valid, int cols_valid, int tid) {
+    static_assert(kFixedColumn, "a thread gathers whole rows at one chunk column");
+    const int row0 = tid / Tile::kChunksPerRow, col_chunk = tid % Tile::kChunksPerRow;
+    const bool col_valid = col_chunk * kChunkElems < cols_valid;
+    const uint32_t dst = smem + Tile::chunk_offset(row0, col_chunk);
+#pragma unroll
+    for (int i = 0; i < kChunksPerThread; ++i) {
+      const int row = row0 + i * kRowStep;
+      const uint32_t d = dst + i * kRowStep * Tile::kChunksPerRow * kChunkBytes;
+      if (col_valid && row < rows_valid) {
+        ptx::cp_async_16(d, row_address(row) + col_chunk * kChunkBytes);
+      } else {
+        store_zero_16(d);
       }
     }
   }

@@ -1,0 +1,63 @@
+"""Paged prefill on the GPU: flash_attn_varlen_func with a block_table against the same call on packed
+keys, same process, CUDA graph of 20 calls (bench_gpu.py's timing), median of replays. bf16, causal,
+GQA 32/8, hdim 128, a batch of equal prompts whose keys are the cache (prompt = keys); pages
+shuffled over the pool. A measurement for docs/kvcache.md, not a record.
+
+    python3 bench/paged_prefill.py [--batch 4] [--seqlen 4096] [--pages 16,64,256]
+"""
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_gpu import graph_timed  # noqa: E402
+
+import flashattn  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seqlen", type=int, default=4096)
+    ap.add_argument("--pages", default="16,64,256")
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--heads-kv", type=int, default=8)
+    args = ap.parse_args()
+    b, n, h, hk, d = args.batch, args.seqlen, args.heads, args.heads_kv, 128
+    dev, dt = "cuda", torch.bfloat16
+    q = torch.randn(b * n, h, d, device=dev, dtype=dt)
+    k = torch.randn(b * n, hk, d, device=dev, dtype=dt)
+    v = torch.randn_like(k)
+    cu = torch.arange(0, (b + 1) * n, n, device=dev, dtype=torch.int32)
+    flops = 4 * b * h * d * n * n / 2  # causal: half of the score matrix
+    rows = []
+
+    def timed(label, fn):
+        one_ms = graph_timed(fn)
+        ms = statistics.median(one_ms() for _ in range(9))
+        rows.append((label, ms, flops / ms / 1e9))
+
+    for path in ("sm80", "auto"):
+        timed(f"packed, path {path}", lambda path=path: flashattn.flash_attn_varlen_func(
+            q, k, v, cu, cu, n, n, causal=True, path=path))
+    for page in [int(x) for x in args.pages.split(",")]:
+        pages = b * n // page
+        perm = torch.randperm(pages, device=dev)
+        kp = torch.empty(pages, page, hk, d, device=dev, dtype=dt)
+        vp = torch.empty_like(kp)
+        kp[perm] = k.view(pages, page, hk, d)
+        vp[perm] = v.view(pages, page, hk, d)
+        table = perm.view(b, n // page).to(torch.int32)
+        timed(f"paged {page}", lambda kp=kp, vp=vp, table=table: flashattn.flash_attn_varlen_func(
+            q, kp, vp, cu, cu, n, n, causal=True, block_table=table))
+    base = rows[0][2]
+    print(f"paged prefill: batch {b} x {n} tokens, heads {h}/{hk}, hdim {d}, bf16, causal ({torch.cuda.get_device_name()})")
+    for label, ms, tflops in rows:
+        print(f"  {label:20s} {ms * 1e3:9.1f} us  {tflops:6.1f} TFLOP/s  {tflops / base:5.2f} x packed sm80")
+
+
+if __name__ == "__main__":
+    main()

@@ -30,11 +30,11 @@ struct FwdTileLoader {
       IO::load_async_or_zero(smem, gmem, row_stride, rows_valid, cols_valid, tid + kThreads);
     }
   }
-  template <class RowAddress>
-  __device__ __forceinline__ static void load_rows_async_or_zero(uint32_t smem, const RowAddress& row_address,
+  template <class RowOffset>
+  __device__ __forceinline__ static void load_rows_async_or_zero(uint32_t smem, const void* gmem, const RowOffset& row_offset,
                                                                  int rows_valid, int cols_valid, int tid) {
-    IO::load_rows_async_or_zero(smem, row_address, rows_valid, cols_valid, tid);
-    if constexpr (kPlays == 2) IO::load_rows_async_or_zero(smem, row_address, rows_valid, cols_valid, tid + kThreads);
+    IO::load_rows_async_or_zero(smem, gmem, row_offset, rows_valid, cols_valid, tid);
+    if constexpr (kPlays == 2) IO::load_rows_async_or_zero(smem, gmem, row_offset, rows_valid, cols_valid, tid + kThreads);
   }
 };
 
@@ -85,8 +85,8 @@ struct FwdLoads {
     if (rows.page_size.divisor % kBlockN == 0) {
       LoadKV::load_async_or_zero(smem, base + rows.offset(key0) * kElemBytes, rows.row_stride, rows_valid, cols, tid);
     } else {
-      const auto row_address = [&](int row) { return base + rows.offset(key0 + row) * kElemBytes; };
-      LoadKV::load_rows_async_or_zero(smem, row_address, rows_valid, cols, tid);
+      const auto row_offset = [&](int row) { return rows.offset(key0 + row); };
+      LoadKV::load_rows_async_or_zero(smem, pool, row_offset, rows_valid, cols, tid);
     }
   }
 

@@ -81,14 +81,27 @@ struct TileIO {
   // load the same rows (at their chunk columns) share the lookups when they are lanes of one warp:
   // each asks for one of their kChunksPerThread rows and passes it on by shuffle (measured on the
   // H200, paged prefill with pages of 16 keys: every thread finding every one of its rows ran at
-  // 0.72 × the packed call, whatever the page size below a block).
+  // 0.72 × the packed call, whatever the page size below a block). Tiles whose rows a thread does
+  // not walk at one column (D = 96, 192) look a row up per chunk.
   template <class RowOffset>
   __device__ __forceinline__ static void load_rows_async_or_zero(uint32_t smem, const void* gmem,
                                                                  const RowOffset& row_offset, int rows_valid,
                                                                  int cols_valid, int tid) {
-    static_assert(kFixedColumn, "a thread gathers whole rows at one chunk column");
     constexpr int kPerRow = Tile::kChunksPerRow;
     const char* base = static_cast<const char*>(gmem);
+    if constexpr (!kFixedColumn) {  // rows of 12 or 24 chunks (D = 96, 192): a lookup per chunk
+#pragma unroll
+      for (int i = 0; i < kChunksPerThread; ++i) {
+        const int row = (tid + i * kThreads) / kPerRow, col_chunk = (tid + i * kThreads) % kPerRow;
+        const uint32_t d = smem + Tile::chunk_offset(row, col_chunk);
+        if (row < rows_valid && col_chunk * kChunkElems < cols_valid) {
+          ptx::cp_async_16(d, base + row_offset(row) * 2 + col_chunk * kChunkBytes);
+        } else {
+          store_zero_16(d);
+        }
+      }
+      return;
+    }
     const int row0 = tid / kPerRow, col_chunk = tid % kPerRow;
     const bool col_valid = col_chunk * kChunkElems < cols_valid;
     const uint32_t dst = smem + Tile::chunk_offset(row0, col_chunk);

@@ -160,6 +160,42 @@ TEST_F(KVBadInput, BatchIdxOutOfRange) {
   c.cache_batch_idx.set({2}, 5);  // the cache has 5 rows
   expect_rejected(contiguous, kInvalid, {"cache_batch_idx[2] = 5", "[0, 5)"});
 }
+// cache_leftpad: int32 [batch], contiguous caches only, 0 ≤ pad ≤ cache_seqlens.
+class KVBadLeftpad : public KVBadInput {
+ protected:
+  HostTensor pads{DType::i32, {3}};
+  TensorView with_pads(std::vector<int32_t> values) {
+    pads.fill_i32(values);
+    return host.view(pads);
+  }
+};
+TEST_F(KVBadLeftpad, WithBlockTable) {
+  paged.cache_leftpad = with_pads({0, 0, 0});
+  expect_rejected(paged, kUnsupported, {"cache_leftpad:", "block_table", "contiguous caches only"});
+}
+TEST_F(KVBadLeftpad, Size) {
+  contiguous.cache_leftpad = with_pads({0, 0, 0});
+  contiguous.cache_leftpad.shape[0] = 2;
+  expect_rejected(contiguous, kInvalid, {"cache_leftpad:", "[2]", "[batch of q]"});
+}
+TEST_F(KVBadLeftpad, Dtype) {
+  contiguous.cache_leftpad = with_pads({0, 0, 0});
+  contiguous.cache_leftpad.dtype = DType::f32;
+  expect_rejected(contiguous, kInvalid, {"cache_leftpad:", "dtype f32"});
+}
+TEST_F(KVBadLeftpad, BeyondCacheSeqlens) {
+  contiguous.cache_leftpad = with_pads({0, 1, 3});  // sequence 1 holds 0 rows
+  expect_rejected(contiguous, kInvalid, {"cache_leftpad[1] = 1", "[0, cache_seqlens[1] = 0]"});
+}
+TEST_F(KVBadLeftpad, Negative) {
+  contiguous.cache_leftpad = with_pads({-2, 0, 0});
+  expect_rejected(contiguous, kInvalid, {"cache_leftpad[0] = -2"});
+}
+TEST_F(KVBadLeftpad, WithinBoundsRuns) {
+  contiguous.cache_leftpad = with_pads({5, 0, 9});  // every sequence entirely padding: no keys but the new one
+  EXPECT_TRUE(supports(contiguous).ok()) << supports(contiguous).message;
+}
+
 TEST_F(KVBadInput, RotaryTableTooShort) {
   paged.rotary_cos.shape[0] = paged.rotary_sin.shape[0] = 10;  // sequence 2 rotates positions 9, 10
   expect_rejected(paged, kInvalid, {"rotary_cos:", "10 positions", "sequence 2", "up to 10"});

@@ -3,7 +3,8 @@
 // after the call (old rows untouched, appended rows as the reference has them), inputs unchanged.
 // Contiguous and paged caches (page sizes 1 … 256, pages shuffled over the pool), cache_batch_idx,
 // append of 0, 1, 4 rows, rotary (interleaved, half-split, rotary_dim < hdim), causal and window
-// with 1 and 4 query rows, softcap, GQA/MQA, hdim_v ≠ hdim_qk. A family without a KV-cache
+// with 1 and 4 query rows, softcap, GQA/MQA, hdim_v ≠ hdim_qk, left-padded caches (cache_leftpad).
+// A family without a KV-cache
 // direction skips with its reason.
 #include <gtest/gtest.h>
 
@@ -63,6 +64,15 @@ std::vector<KVCase> append_cases() {
   return v;
 }
 
+// Left-padded caches (cache_leftpad): keys from row pad on, padding rows NaN; with appends, rotary
+// at cache rows, masks against the sequence's own length, cache_batch_idx.
+std::vector<KVCase> leftpad_cases() {
+  const KVCase base = KVCase::decode({10, 0, 31, 100}, 300, 4, 2, 64).left_padded({0, 7, 64, 130});
+  return {base, base.append(2).rotate(Rotary::interleaved).causal_mask().q_rows(2),
+          base.append(1).indexed().window(16, 0).with(DType::f16),
+          KVCase::decode({200}, 600, 8, 1, 128).left_padded({333}).append(4).rotate(Rotary::half_split, 32).with(DType::f32)};
+}
+
 // Masks (causal, windows) with 1 and 4 query rows, and softcap.
 std::vector<KVCase> mask_cases() {
   std::vector<KVCase> v;
@@ -80,7 +90,9 @@ std::vector<KVCase> mask_cases() {
 
 std::vector<KVCase> all_cases() {
   std::vector<KVCase> all;
-  for (auto list : {shape_cases(), paged_cases(), append_cases(), mask_cases()}) all.insert(all.end(), list.begin(), list.end());
+  for (auto list : {shape_cases(), paged_cases(), append_cases(), mask_cases(), leftpad_cases()}) {
+    all.insert(all.end(), list.begin(), list.end());
+  }
   std::set<std::string> names;
   for (const KVCase& c : all) {
     if (!names.insert(c.name()).second) throw std::logic_error("duplicate KV-cache case " + c.name());
@@ -227,7 +239,7 @@ TEST_P(KVCacheBadIndices, ClampedOnTheDevice) {
   if (backend.on_host()) GTEST_SKIP() << "host tensors: the index values are checked (kvcache_bad_input_test)";
   FA_REQUIRE_BACKEND(backend);
   KVCase c = KVCase::decode({300, 77, 0, 513}, 520, 4, 2, 64).append(2).rotate(Rotary::interleaved).q_rows(2);
-  c = page ? c.paged(page) : c.indexed();
+  c = page ? c.paged(page) : c.indexed().left_padded({0, 0, 0, 0});
   Rng rng;
   KVProblem p = make_kv_problem(c, rng);
   const int32_t huge = 1 << 30;
@@ -237,6 +249,7 @@ TEST_P(KVCacheBadIndices, ClampedOnTheDevice) {
     p.block_table.set({2, 0}, huge);
   } else {
     p.cache_batch_idx.fill_i32({-1, huge, 2, 0});
+    p.cache_leftpad.fill_i32({huge, -5, 600, 2});  // past the cached rows, negative, past the capacity, fine
   }
   FA_RUN_OR_SKIP(run_kvcache(backend, p));
   for (const HostTensor* t : {&p.out, &p.lse, &p.k_cache, &p.v_cache}) EXPECT_EQ(t->gap_bytes_changed(), 0);

@@ -33,6 +33,9 @@ std::vector<Case> paged_cases() {
   v.push_back(Case::varlen({40, 9}, {40, 100}, 2, 1, 128, 64).paged(16).with(DType::f32).window(8, 0));
   v.push_back(Case::varlen({33, 17}, {33, 0}, 4, 4, 32).paged(3).cap(5.f).no_lse());
   v.push_back(Case::varlen({129, 64}, {129, 64}, 2, 2, 64).paged(64).extra(3).causal_mask());
+  // Head dims whose rows of 16-byte chunks do not divide a warp (96, and 80 rounded up to it).
+  v.push_back(Case::varlen({70, 130}, {300, 513}, 4, 2, 96).paged(16).causal_mask());
+  v.push_back(Case::varlen({33, 200}, {90, 200}, 2, 1, 80).paged(3).with(DType::f16));
   return v;
 }
 

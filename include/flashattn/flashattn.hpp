@@ -154,6 +154,13 @@ struct KVCacheArgs {
   TensorView cache_seqlens;    // int32 [batch]: keys already cached per sequence; empty: seqlen_cache (contiguous only)
   TensorView block_table;      // int32 [batch, max_pages_per_sequence]: a paged cache when given
   TensorView cache_batch_idx;  // int32 [batch]: the cache row of each sequence (contiguous only); empty: b
+  // int32 [batch], contiguous caches only (flash-attn's cache_leftpad): sequence b's keys start at
+  // cache row cache_leftpad[b] (rows before it are padding, never read), so it attends to the rows
+  // [cache_leftpad[b], cache_seqlens[b] + seqlen_new): cache_seqlens still counts rows from 0, new
+  // keys are appended at cache_seqlens[b], rotary positions are cache rows, and masks align against
+  // its own length cache_seqlens[b] − cache_leftpad[b] + seqlen_new. 0 ≤ cache_leftpad[b] ≤
+  // cache_seqlens[b]. Empty: 0.
+  TensorView cache_leftpad;
 
   // New keys and values, appended to the cache before attention (both or neither):
   // [batch, seqlen_new, heads_kv, hdim_qk] and [..., hdim_v].

@@ -75,13 +75,14 @@ typedef struct fa_kvcache_args {
   void* workspace;
   size_t workspace_bytes;
   /* -- end of layout 1 (FA_KVCACHE_ARGS_SIZE_V1) -- */
+  fa_tensor cache_leftpad;                /* int32 [batch], contiguous caches: first key row (flashattn.hpp) */
 } fa_kvcache_args;
 
 /* The smallest struct_size each struct accepts: its first layout. */
 #define FA_ARGS_SIZE_V1 offsetof(fa_args, path)
 #define FA_ARGS_SIZE_V2 offsetof(fa_args, block_table)
 #define FA_OPTIONS_SIZE_V1 sizeof(fa_options)
-#define FA_KVCACHE_ARGS_SIZE_V1 sizeof(fa_kvcache_args)
+#define FA_KVCACHE_ARGS_SIZE_V1 offsetof(fa_kvcache_args, cache_leftpad)
 
 /* Fill with the defaults (no tensors, default options, path "auto") and this header's struct_size. */
 void fa_args_init(fa_args* args);

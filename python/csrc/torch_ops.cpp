@@ -358,7 +358,7 @@ std::tuple<Tensor, Tensor> kvcache(const Tensor& q_in, const Tensor& k_cache, co
                                    const OptTensor& cache_seqlens_in, const OptTensor& cache_batch_idx_in,
                                    const OptTensor& block_table_in, double softmax_scale, bool causal,
                                    int64_t window_left, int64_t window_right, double softcap, bool rotary_interleaved,
-                                   int64_t num_splits, c10::string_view path) {
+                                   int64_t num_splits, c10::string_view path, const OptTensor& cache_leftpad_in) {
   if (q_in.dim() != 4) refuse_rank("q", q_in, 4, false);
   if (k_cache.dim() != 4) refuse_rank("k_cache", k_cache, 4, false);
   if (v_cache.dim() != 4) refuse_rank("v_cache", v_cache, 4, false);
@@ -373,12 +373,13 @@ std::tuple<Tensor, Tensor> kvcache(const Tensor& q_in, const Tensor& k_cache, co
   check_optional_device("cache_seqlens", cache_seqlens_in, q_in);
   check_optional_device("cache_batch_idx", cache_batch_idx_in, q_in);
   check_optional_device("block_table", block_table_in, q_in);
+  check_optional_device("cache_leftpad", cache_leftpad_in, q_in);
   const c10::OptionalDeviceGuard guard(cuda_device_of(q_in));
   const Tensor q = usable(q_in);
   const OptTensor k_new = usable(k_new_in), v_new = usable(v_new_in);
   const OptTensor rotary_cos = offsets(rotary_cos_in), rotary_sin = offsets(rotary_sin_in);  // one row stride
   const OptTensor cache_seqlens = offsets(cache_seqlens_in), cache_batch_idx = offsets(cache_batch_idx_in);
-  const OptTensor block_table = offsets(block_table_in);
+  const OptTensor block_table = offsets(block_table_in), cache_leftpad = offsets(cache_leftpad_in);
   Tensor out = empty({q.size(0), q.size(1), q.size(2), v_cache.size(3)}, q, q.scalar_type());
   Tensor lse = empty({q.size(0), q.size(2), q.size(1)}, q, at::kFloat);
 
@@ -394,6 +395,7 @@ std::tuple<Tensor, Tensor> kvcache(const Tensor& q_in, const Tensor& k_cache, co
   a.cache_seqlens = view_of("cache_seqlens", cache_seqlens);
   a.cache_batch_idx = view_of("cache_batch_idx", cache_batch_idx);
   a.block_table = view_of("block_table", block_table);
+  a.cache_leftpad = view_of("cache_leftpad", cache_leftpad);
   a.rotary_interleaved = rotary_interleaved;
   a.out = view_of("out", out);
   a.lse = view_of("lse", lse);
@@ -529,7 +531,7 @@ TORCH_LIBRARY(flashattn, m) {
       "kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, Tensor? rotary_cos, "
       "Tensor? rotary_sin, Tensor? cache_seqlens, Tensor? cache_batch_idx, Tensor? block_table, float softmax_scale, "
       "bool causal, int window_left, int window_right, float softcap, bool rotary_interleaved, int num_splits, "
-      "str path=\"auto\") -> (Tensor, Tensor)");
+      "str path=\"auto\", Tensor? cache_leftpad=None) -> (Tensor, Tensor)");
   // The fake (meta) implementations of fwd, bwd and kvcache for torch.compile live in this Python module.
   m.set_python_module("flashattn._ops");
 }

@@ -6,7 +6,7 @@ import torch
 
 import flashattn
 from conftest import DEVICE_DTYPES, needs_cuda
-from flashattn import InvalidArgumentError, flash_attn_with_kvcache
+from flashattn import InvalidArgumentError, NotSupportedError, flash_attn_with_kvcache
 import reference
 
 
@@ -150,6 +150,53 @@ def test_matches_reference(device, dtype, case):
             assert bool(close.all()), f"{name}: {int((~close).sum())} elements off"
 
 
+@pytest.mark.parametrize("opts", [pytest.param(dict(), id="plain"),
+                                  pytest.param(dict(new=2, rotary=True, causal=True), id="append2-rot-causal")])
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+def test_cache_leftpad(device, dtype, opts):
+    """cache_leftpad: sequence b's keys are cache rows [cache_leftpad[b], cache_seqlens[b] + new); the rows
+    before are padding (NaN here: never read). The reference is the call on the cache from the padding
+    on, with the rotary tables from the same row (positions are cache rows)."""
+    batch, heads_q, heads_kv, d, capacity = 3, 4, 2, 32, 200
+    pads, lens, new = [0, 5, 130], [40, 100, 1], opts.get("new", 0)
+    causal, seqlen_q = opts.get("causal", False), 2 if opts.get("causal") else 1
+    k_cache = torch.full((batch, capacity, heads_kv, d), float("nan"), dtype=dtype)
+    v_cache = torch.full((batch, capacity, heads_kv, d), float("nan"), dtype=dtype)
+    for b in range(batch):
+        k_cache[b, pads[b]:pads[b] + lens[b]] = torch.randn(lens[b], heads_kv, d).to(dtype)
+        v_cache[b, pads[b]:pads[b] + lens[b]] = torch.randn(lens[b], heads_kv, d).to(dtype)
+    q = torch.randn(batch, seqlen_q, heads_q, d).to(dtype)
+    k = torch.randn(batch, new, heads_kv, d).to(dtype) if new else None
+    v = torch.randn(batch, new, heads_kv, d).to(dtype) if new else None
+    cos, sin = rotary_tables(capacity + seqlen_q, d, dtype, "cpu") if opts.get("rotary") else (None, None)
+    outs, lses, outs_pt, lses_pt = [], [], [], []
+    k_want, v_want = k_cache.clone(), v_cache.clone()
+    for b in range(batch):
+        p = pads[b]
+        one = lambda t: None if t is None else t[b:b + 1]  # noqa: E731
+        args = (k_cache[b:b + 1, p:], v_cache[b:b + 1, p:], one(k), one(v), None if cos is None else cos[p:],
+                None if sin is None else sin[p:], torch.tensor([lens[b]], dtype=torch.int32), None, None, causal,
+                (-1, -1), 0.0, True)
+        out_b, lse_b, k_b, v_b = kvcache_reference(q[b:b + 1], *args, upcast=True)
+        out_pt_b, lse_pt_b, _, _ = kvcache_reference(q[b:b + 1], *args, upcast=False)
+        outs.append(out_b), lses.append(lse_b), outs_pt.append(out_pt_b), lses_pt.append(lse_pt_b)
+        k_want[b, p:], v_want[b, p:] = k_b[0], v_b[0]
+    seqlens = torch.tensor([p + n for p, n in zip(pads, lens)], dtype=torch.int32)
+    leftpad = torch.tensor(pads, dtype=torch.int32)
+    qd, kcd, vcd, kd, vd, cosd, sind, seqd, padd = on(device, q, k_cache, v_cache, k, v, cos, sin, seqlens, leftpad)
+    out, lse = flash_attn_with_kvcache(qd, kcd, vcd, kd, vd, rotary_cos=cosd, rotary_sin=sind, cache_seqlens=seqd,
+                                       cache_leftpad=padd, causal=causal, return_softmax_lse=True, path=PATH[device])
+    reference.assert_by_rule("out", out.cpu(), torch.cat(outs), torch.cat(outs_pt), dtype)
+    reference.assert_by_rule("lse", lse.cpu(), torch.cat(lses), torch.cat(lses_pt), dtype)
+    for name, got, want in (("k_cache", kcd.cpu(), k_want), ("v_cache", vcd.cpu(), v_want)):
+        same = (got == want) | (got.isnan() & want.isnan())
+        if not opts.get("rotary") or name == "v_cache":
+            assert bool(same.all()), f"{name}: {int((~same).sum())} elements differ from the reference's cache"
+        else:
+            tol = 2 * reference.UNIT_ROUNDOFF.get(dtype, 2.0**-24) * want.abs().double() + 1e-5
+            assert bool((same | ((got.double() - want.double()).abs() <= tol)).all()), f"{name}: elements off"
+
+
 def decode_problem(batch, cache_len, heads_q, heads_kv, d, dtype, page_size=0, seed=0):
     """A decode step at inference scale: one query token, GQA, every sequence `cache_len` keys."""
     torch.manual_seed(seed)
@@ -234,8 +281,11 @@ def test_errors_name_the_argument():
     k_cache, v_cache = torch.randn(4, 8, 1, 32), torch.randn(4, 8, 1, 32)
     q = torch.randn(1, 1, 2, 32)
     table = torch.tensor([[0, 9]], dtype=torch.int32)
-    with pytest.raises(NotImplementedError, match="cache_leftpad"):
-        flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=1, cache_leftpad=torch.zeros(1, dtype=torch.int32))
+    with pytest.raises(InvalidArgumentError, match=r"cache_leftpad\[0\] = 2 is outside \[0, cache_seqlens\[0\] = 1\]"):
+        flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=1, cache_leftpad=torch.full((1,), 2, dtype=torch.int32))
+    with pytest.raises(NotSupportedError, match="cache_leftpad: given with block_table"):
+        flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=1, block_table=table,
+                                cache_leftpad=torch.zeros(1, dtype=torch.int32))
     with pytest.raises(NotImplementedError, match="alibi_slopes"):
         flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=1, alibi_slopes=torch.zeros(2))
     with pytest.raises(InvalidArgumentError, match=r"block_table\[0\]\[1\] = 9"):

@@ -114,6 +114,7 @@ Status kvcache_args(const fa_kvcache_args* user, KVCacheArgs* k) {
   k->cache_seqlens = view_of(a.cache_seqlens);
   k->block_table = view_of(a.block_table);
   k->cache_batch_idx = view_of(a.cache_batch_idx);
+  k->cache_leftpad = view_of(a.cache_leftpad);
   k->k_new = view_of(a.k_new);
   k->v_new = view_of(a.v_new);
   k->rotary_cos = view_of(a.rotary_cos);

@@ -600,6 +600,18 @@ Status kvcache_index_params(const KVCacheArgs& a, KVCacheParams* p) {
     }
     p->cache_batch_idx = static_cast<const int32_t*>(a.cache_batch_idx.data);
   }
+  if (!a.cache_leftpad.empty()) {
+    if (p->is_paged()) {
+      return Status::unsupported("cache_leftpad: given with block_table; left padding applies to contiguous caches "
+                                 "only (as in flash-attn)");
+    }
+    FLASHATTN_TRY(check_view("cache_leftpad", a.cache_leftpad, 1, DType::i32, p->device));
+    FLASHATTN_TRY(check_shape("cache_leftpad", a.cache_leftpad, {p->batch}, "[batch of q]"));
+    if (p->batch > 1 && a.cache_leftpad.stride[0] != 1) {
+      return Status::invalid("cache_leftpad: stride " + std::to_string(a.cache_leftpad.stride[0]) + ", expected 1 (contiguous)");
+    }
+    p->cache_leftpad = static_cast<const int32_t*>(a.cache_leftpad.data);
+  }
   return Status::success();
 }
 
@@ -619,6 +631,11 @@ Status check_kvcache_host_values(const KVCacheParams& p) {
     if (len_k > p.seqlen_k) {
       m << "cache_seqlens[" << b << "] = " << cached << " + seqlen_new = " << p.seqlen_new << " exceeds the cache's capacity of "
         << p.seqlen_k << " keys per sequence" << (p.is_paged() ? " (max_pages * page_size)" : " (seqlen_cache)");
+      return Status::invalid(m.str());
+    }
+    if (p.cache_leftpad && (p.cache_leftpad[b] < 0 || p.cache_leftpad[b] > cached)) {
+      m << "cache_leftpad[" << b << "] = " << p.cache_leftpad[b] << " is outside [0, cache_seqlens[" << b << "] = "
+        << cached << "] (the padding precedes the cached keys)";
       return Status::invalid(m.str());
     }
     if (p.cache_batch_idx && (p.cache_batch_idx[b] < 0 || p.cache_batch_idx[b] >= p.batch_cache)) {

@@ -110,6 +110,8 @@ struct KVCacheParams : FwdParams {
   void* v_cache = nullptr;  // == v, writable
   const int32_t* cache_seqlens = nullptr;    // [batch], or null: every sequence has seqlen_k cached keys
   const int32_t* cache_batch_idx = nullptr;  // [batch], contiguous only, or null
+  const int32_t* cache_leftpad = nullptr;    // [batch], contiguous only, or null: sequence b's keys are
+                                             // cache rows [cache_leftpad[b], cache_seqlens[b] + seqlen_new)
   int64_t batch_cache = 0;     // contiguous only: k_cache's first dimension
 
   // Appended keys and values (null when none): [batch, seqlen_new, heads_kv, hdim].

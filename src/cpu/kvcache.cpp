@@ -3,7 +3,7 @@
 //      into the cache at cache_seqlens[b] + t, sequence after sequence (batch order);
 //   2. rotate q: with rotary tables, q is rotated into the workspace (a contiguous copy in q's dtype);
 //   3. attend: every (sequence, query head, query block) runs the forward's tiled online softmax
-//      (attend.hpp) over its first cache_seqlens[b] + seqlen_new keys, read straight from the cache
+//      (attend.hpp) over its keys, cache rows [cache_leftpad[b] or 0, cache_seqlens[b] + seqlen_new), read straight from the cache
 //      through the cache's row addressing (contiguous row or block_table pages): no gathered copy.
 // Validation has checked every index value (lengths, cache rows, pages, rotary positions) for host
 // tensors, so nothing here reads or writes outside the views.
@@ -16,8 +16,11 @@
 namespace flashattn::cpu {
 namespace {
 
+// Cache rows (from row 0) cached before the call, and the first of sequence b's keys (cache_leftpad).
 int64_t cached_len(const KVCacheParams& p, int64_t b) { return p.cache_seqlens ? p.cache_seqlens[b] : p.seqlen_k; }
-int64_t keys_of(const KVCacheParams& p, int64_t b) { return cached_len(p, b) + p.seqlen_new; }
+int64_t first_key(const KVCacheParams& p, int64_t b) { return p.cache_leftpad ? p.cache_leftpad[b] : 0; }
+// The keys sequence b attends to: rows [first_key, cached_len + seqlen_new).
+int64_t keys_of(const KVCacheParams& p, int64_t b) { return cached_len(p, b) - first_key(p, b) + p.seqlen_new; }
 
 // One side of the cache (keys or values): its data and strides (batch stride = page stride when paged).
 struct CacheSide {
@@ -27,17 +30,19 @@ struct CacheSide {
 CacheSide key_side(const KVCacheParams& p) { return {p.k_cache, p.k_batch_stride, p.k_row_stride, p.k_head_stride}; }
 CacheSide value_side(const KVCacheParams& p) { return {p.v_cache, p.v_batch_stride, p.v_row_stride, p.v_head_stride}; }
 
-// Sequence b's rows of kv head h in one side of the cache, as a row addressing of attend.hpp.
+// Sequence b's rows of kv head h in one side of the cache, from row `first` on, as a row
+// addressing of attend.hpp (the append writes from row 0; attention reads from first_key).
 struct ContiguousCache {
   using Rows = InRows;
-  static Rows rows(const KVCacheParams& p, const CacheSide& c, int64_t b, int64_t h) {
+  static Rows rows(const KVCacheParams& p, const CacheSide& c, int64_t b, int64_t h, int64_t first) {
     const int64_t cache_row = p.cache_batch_idx ? p.cache_batch_idx[b] : b;
-    return head_rows(static_cast<const void*>(c.data), p.dtype, c.batch_stride, c.row_stride, c.head_stride, cache_row, 0, h);
+    return head_rows(static_cast<const void*>(c.data), p.dtype, c.batch_stride, c.row_stride, c.head_stride, cache_row,
+                     first, h);
   }
 };
-struct PagedCache {
+struct PagedCache {  // no left padding (validation refuses it)
   using Rows = PagedRows;
-  static Rows rows(const KVCacheParams& p, const CacheSide& c, int64_t b, int64_t h) {
+  static Rows rows(const KVCacheParams& p, const CacheSide& c, int64_t b, int64_t h, int64_t /*first: 0*/) {
     return paged_rows(p, c.data, c.batch_stride, c.row_stride, c.head_stride, b, h);
   }
 };
@@ -52,7 +57,7 @@ void append_side(const KVCacheParams& p, const CacheSide& cache, const void* fre
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < p.heads_kv; ++h) {
       const InRows src = head_rows(fresh, p.dtype, fresh_batch_stride, fresh_row_stride, fresh_head_stride, b, 0, h);
-      const typename Cache::Rows dst = Cache::rows(p, cache, b, h);
+      const typename Cache::Rows dst = Cache::rows(p, cache, b, h, 0);
       for (int64_t t = 0; t < p.seqlen_new; ++t) {
         const int64_t pos = cached_len(p, b) + t;
         load_row(row.data(), src.data, p.dtype, src.at(t), dim);
@@ -103,8 +108,8 @@ void attend_cache(const KVCacheParams& p, const void* q, int64_t q_batch_stride,
     const int64_t h_kv = h / p.group_size();
     const HeadViews<typename Cache::Rows> views{
         head_rows(q, p.dtype, q_batch_stride, q_row_stride, q_head_stride, b, 0, h),
-        Cache::rows(p, key_side(p), b, h_kv),
-        Cache::rows(p, value_side(p), b, h_kv),
+        Cache::rows(p, key_side(p), b, h_kv, first_key(p, b)),
+        Cache::rows(p, value_side(p), b, h_kv, first_key(p, b)),
         head_rows(p.out, p.dtype, p.o_batch_stride, p.o_row_stride, p.o_head_stride, b, 0, h),
         p.lse ? p.lse + b * p.lse_batch_stride + h * p.lse_head_stride : nullptr,
         p.seqlen_q,

@@ -467,7 +467,9 @@ Status backward(const BwdParams& p, Precision precision, BackwardResult* r, cons
 
 namespace {
 
+// Cache rows cached before the call (from row 0), and the first row of sequence b's keys.
 int64_t cached_keys(const KVCacheParams& p, int64_t b) { return p.cache_seqlens ? p.cache_seqlens[b] : p.seqlen_k; }
+int64_t first_key_row(const KVCacheParams& p, int64_t b) { return p.cache_leftpad ? p.cache_leftpad[b] : 0; }
 
 // Element offset of key t of sequence b, kv head h, in one side of the cache: params.hpp's
 // addressing, spelled out here apart from the CPU backend's row addressing.
@@ -496,8 +498,9 @@ void rotate(T* x, const KVCacheParams& p, int64_t pos) {
   }
 }
 
-// Every sequence's logical keys (or values) for kv head h: its cached rows read from the cache,
-// then its new rows (rotated when `rotary`), stored in the dtype as the cache holds them. Packed
+// Every sequence's logical keys (or values) for kv head h: its cached rows read from the cache (from
+// row cache_leftpad[b] on), then its new rows (rotated at their cache rows when `rotary`), stored in
+// the dtype as the cache holds them. Packed
 // [total_k][heads_kv][dim]; *appended gets the new rows alone, [batch][seqlen_new][heads_kv][dim].
 template <class T>
 std::vector<T> logical_rows(const KVCacheParams& p, const Layout& L, const void* cache, int64_t bs, int64_t rs,
@@ -508,13 +511,13 @@ std::vector<T> logical_rows(const KVCacheParams& p, const Layout& L, const void*
   std::vector<T> x(static_cast<size_t>(dim));
   for (int64_t b = 0; b < p.batch; ++b) {
     const Sequence& seq = L.seqs[b];
-    const int64_t cached = cached_keys(p, b);
+    const int64_t first = first_key_row(p, b), cached = cached_keys(p, b) - first;  // logical keys cached
     for (int64_t t = 0; t < seq.k_len; ++t) {
       for (int64_t h = 0; h < L.heads_kv; ++h) {
         const bool is_new = t >= cached;
-        const int64_t at = is_new ? b * fbs + (t - cached) * frs + h * fhs : cache_offset(p, b, t, h, bs, rs, hs);
+        const int64_t at = is_new ? b * fbs + (t - cached) * frs + h * fhs : cache_offset(p, b, first + t, h, bs, rs, hs);
         for (int64_t d = 0; d < dim; ++d) x[d] = load_as_float(is_new ? fresh : cache, p.dtype, at + d);
-        if (is_new && rotary) rotate(x.data(), p, t);
+        if (is_new && rotary) rotate(x.data(), p, first + t);
         T* dst = &rows[static_cast<size_t>(((seq.k_begin + t) * L.heads_kv + h) * dim)];
         for (int64_t d = 0; d < dim; ++d) dst[d] = round_to(p.dtype, static_cast<float>(x[d]));  // stored in the dtype
         if (!is_new) continue;
@@ -549,7 +552,7 @@ Layout kvcache_layout(const KVCacheParams& p) {
   L.total_k = 0;
   for (int64_t b = 0; b < p.batch; ++b) {
     L.seqs[b].k_begin = L.total_k;
-    L.seqs[b].k_len = cached_keys(p, b) + p.seqlen_new;
+    L.seqs[b].k_len = cached_keys(p, b) - first_key_row(p, b) + p.seqlen_new;
     L.total_k += L.seqs[b].k_len;
   }
   return L;

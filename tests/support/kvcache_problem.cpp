@@ -42,6 +42,10 @@ std::string KVCase::name() const {
   if (softcap > 0) n << "_cap" << static_cast<int>(softcap);
   if (!with_lse) n << "_nolse";
   if (!cache_seqlens_given) n << "_full";
+  if (!pads.empty()) {
+    n << "_pad";
+    for (size_t i = 0; i < pads.size(); ++i) n << (i ? "_" : "") << pads[i];
+  }
   return n.str();
 }
 
@@ -53,7 +57,7 @@ int64_t KVProblem::cache_offset(const HostTensor& cache, int64_t b, int64_t t, i
     return cache.offset({page, t % c.page_size, h, 0});
   }
   const int64_t row = c.batch_idx ? static_cast<int64_t>(cache_batch_idx.get({b})) : b;
-  return cache.offset({row, t, h, 0});
+  return cache.offset({row, c.pad(b) + t, h, 0});
 }
 
 namespace {
@@ -125,8 +129,14 @@ KVProblem make_kv_problem(const KVCase& c, Rng& rng) {
   }
   if (c.rotary != Rotary::none) fill_rotary(p);
   if (c.cache_seqlens_given) {
+    std::vector<int32_t> rows = c.cache_lens;  // cache rows from 0: the padding, then the keys
+    for (int64_t b = 0; b < B; ++b) rows[b] += static_cast<int32_t>(c.pad(b));
     p.cache_seqlens = HostTensor(DType::i32, {B});
-    p.cache_seqlens.fill_i32(c.cache_lens);
+    p.cache_seqlens.fill_i32(rows);
+  }
+  if (!c.pads.empty()) {
+    p.cache_leftpad = HostTensor(DType::i32, {B});
+    p.cache_leftpad.fill_i32(c.pads);
   }
   // The logical cached rows, drawn in (b, t, h, d) order before any layout randomness.
   std::vector<std::vector<double>> keys(static_cast<size_t>(B)), values(static_cast<size_t>(B));
@@ -157,6 +167,7 @@ KVCacheArgs KVProblem::args(DeviceMirror& m) const {
   if (cache_seqlens.valid()) a.cache_seqlens = m.view(cache_seqlens);
   if (block_table.valid()) a.block_table = m.view(block_table);
   if (cache_batch_idx.valid()) a.cache_batch_idx = m.view(cache_batch_idx);
+  if (cache_leftpad.valid()) a.cache_leftpad = m.view(cache_leftpad);
   if (k_new.valid()) {
     a.k_new = m.view(k_new);
     a.v_new = m.view(v_new);
@@ -201,7 +212,7 @@ CallResult run_kvcache(Backend backend, KVProblem& p) {
   p.out.poison();
   p.lse.poison();
   std::vector<HostTensor*> inputs{&p.q, &p.k_new, &p.v_new, &p.rotary_cos, &p.rotary_sin, &p.cache_seqlens,
-                                  &p.block_table, &p.cache_batch_idx};
+                                  &p.block_table, &p.cache_batch_idx, &p.cache_leftpad};
   inputs.erase(std::remove_if(inputs.begin(), inputs.end(), [](HostTensor* t) { return !t->valid(); }), inputs.end());
   for (HostTensor* t : inputs) t->snapshot();
   for (HostTensor* t : {&p.out, &p.lse, &p.k_cache, &p.v_cache}) t->snapshot();
@@ -292,7 +303,8 @@ void expect_kvcache_matches(const KVProblem& p, const KVExpected& e) {
   expect_cache_side("v_cache", p, p.v_cache, e.v_cache_before, e.ref.v_appended, p.c.hdim_v, false);
   for (auto [name, t] : {std::pair{"q", &p.q}, {"k_new", &p.k_new}, {"v_new", &p.v_new}, {"rotary_cos", &p.rotary_cos},
                          {"rotary_sin", &p.rotary_sin}, {"cache_seqlens", &p.cache_seqlens},
-                         {"block_table", &p.block_table}, {"cache_batch_idx", &p.cache_batch_idx}}) {
+                         {"block_table", &p.block_table}, {"cache_batch_idx", &p.cache_batch_idx},
+                         {"cache_leftpad", &p.cache_leftpad}}) {
     if (t->valid()) {
       EXPECT_TRUE(t->unchanged()) << name << ": an input was modified by the call";
     }

@@ -32,6 +32,8 @@ struct KVCase {
   float softcap = 0.f;
   bool with_lse = true;
   bool cache_seqlens_given = true;  // false: contiguous cache, every sequence holds `capacity` keys
+  std::vector<int32_t> pads;        // contiguous: cache_leftpad, rows of padding before each sequence's
+                                    // keys (cache_seqlens = pad + cache_lens); empty: none
 
   static KVCase decode(std::vector<int32_t> cache_lens, int64_t capacity, int64_t heads_q, int64_t heads_kv,
                        int64_t hdim_qk, int64_t hdim_v = -1);
@@ -48,6 +50,8 @@ struct KVCase {
   KVCase cap(float s) const { KVCase c = *this; c.softcap = s; return c; }
   KVCase no_lse() const { KVCase c = *this; c.with_lse = false; return c; }
   KVCase full_cache() const { KVCase c = *this; c.cache_seqlens_given = false; return c; }
+  KVCase left_padded(std::vector<int32_t> p) const { KVCase c = *this; c.pads = std::move(p); return c; }
+  int64_t pad(int64_t b) const { return pads.empty() ? 0 : pads[static_cast<size_t>(b)]; }
   std::string name() const;
 };
 std::ostream& operator<<(std::ostream& os, const KVCase& c);
@@ -55,12 +59,13 @@ std::ostream& operator<<(std::ostream& os, const KVCase& c);
 struct KVProblem {
   KVCase c;
   HostTensor q, k_cache, v_cache, k_new, v_new, rotary_cos, rotary_sin;
-  HostTensor cache_seqlens, block_table, cache_batch_idx;
+  HostTensor cache_seqlens, block_table, cache_batch_idx, cache_leftpad;
   HostTensor out, lse;  // poisoned before each call
 
   flashattn::KVCacheArgs args(DeviceMirror& m) const;
   flashattn::KVCacheParams host_params() const;  // validated, over the host tensors
-  // Element offset (in k_cache / v_cache) of key t of sequence b, kv head h: the test's own addressing.
+  // Element offset (in k_cache / v_cache) of key t of sequence b, kv head h (after its padding): the
+  // test's own addressing.
   int64_t cache_offset(const HostTensor& cache, int64_t b, int64_t t, int64_t h) const;
 };
 // Logical content from `rng` in a fixed order, whatever the layout; cache rows no sequence holds

@@ -3,10 +3,10 @@
 Layout is flash-attn's: q (batch, seqlen_q, heads, headdim), k/v (batch, seqlen_k, heads_kv, headdim);
 varlen: (total_tokens, heads, headdim) with int32 cu_seqlens. Supported: fp16/bf16 on CUDA,
 fp32/fp16/bf16 on the CPU; causal (aligned bottom-right), sliding windows, softcap, GQA/MQA.
-flash_attn_with_kvcache: contiguous or paged caches, in-place append, rotary.
-flash_attn_varlen_func with block_table (paged prefill): the forward only, on the CPU family.
+flash_attn_with_kvcache: contiguous (optionally left-padded) or paged caches, in-place append, rotary.
+flash_attn_varlen_func with block_table (paged prefill): the forward only (CPU and sm80 families).
 Not supported yet, and refused with NotImplementedError rather than ignored: dropout_p > 0,
-alibi_slopes, cache_leftpad, gradients through a block_table call.
+alibi_slopes, gradients through a block_table call.
 """
 from __future__ import annotations
 
@@ -277,7 +277,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
 
     If k and v are given, they are first written into the caches in place at positions
     cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 (rotated first when rotary tables are given);
-    sequence b then attends to its first cache_seqlens[b] + seqlen_new keys.
+    sequence b then attends to its first cache_seqlens[b] + seqlen_new keys (from row cache_leftpad[b]
+    on, when given).
 
     Arguments:
         q: (batch_size, seqlen_q, nheads, headdim)
@@ -289,7 +290,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         cache_seqlens: int32 (batch_size,) or an int: keys already cached per sequence. Required with
             block_table or k; without it every sequence holds seqlen_cache keys.
         cache_batch_idx: int32 (batch_size,): the cache row of each sequence (contiguous caches only).
-        cache_leftpad: must be None (not supported yet: NotImplementedError).
+        cache_leftpad: int32 (batch_size,), contiguous caches only: sequence b's keys start at cache row
+            cache_leftpad[b] (0 <= cache_leftpad[b] <= cache_seqlens[b]; the rows before it are padding,
+            never read). cache_seqlens still counts from row 0; masks align to the keys from the
+            padding on; rotary positions are cache rows.
         block_table: int32 (batch_size, max_blocks_per_sequence): a paged cache.
         softmax_scale, causal, window_size, softcap: as flash_attn_func (aligned to each sequence's keys).
         rotary_interleaved: pairs (0, 1), (2, 3), ... if True, else (i, i + rotary_dim / 2) (GPT-NeoX).
@@ -300,9 +304,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     Returns:
         out (batch_size, seqlen_q, nheads, headdim_v), or (out, softmax_lse) with return_softmax_lse.
     """
-    if cache_leftpad is not None:
-        raise NotImplementedError("flashattn: cache_leftpad is not supported yet (left-padded caches); pass "
-                                  "cache_leftpad=None")
     if alibi_slopes is not None:
         raise NotImplementedError("flashattn: alibi_slopes is not supported yet (ALiBi bias); pass alibi_slopes=None")
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
@@ -323,5 +324,5 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         raise TypeError(f"flashattn: path must be a str, got {type(path).__name__} {path!r}")
     out, lse = _ops.kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, _cache_seqlens(cache_seqlens, q),
                             cache_batch_idx, block_table, scale, causal, window_left, window_right, softcap,
-                            rotary_interleaved, num_splits, path)
+                            rotary_interleaved, num_splits, path, cache_leftpad)
     return (out, lse) if return_softmax_lse else out

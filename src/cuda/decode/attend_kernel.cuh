@@ -322,8 +322,8 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
   // The queries of this lane's two accumulator rows (g and g + 8), for the mask.
   const int query[2] = {(w.r0 + lane / 4) / p.group_size, (w.r0 + lane / 4 + 8) / p.group_size};
 
-  const SequenceRows<Traits::kPaged> k_rows = p.index.template rows<Traits::kPaged>(p.k, w.b, w.h_kv);
-  const SequenceRows<Traits::kPaged> v_rows = p.index.template rows<Traits::kPaged>(p.v, w.b, w.h_kv);
+  const SequenceRows<Traits::kPaged> k_rows = p.index.template key_rows<Traits::kPaged>(p.k, w.b, w.h_kv);
+  const SequenceRows<Traits::kPaged> v_rows = p.index.template key_rows<Traits::kPaged>(p.v, w.b, w.h_kv);
   const char* k_data = static_cast<const char*>(p.k.data);
   const char* v_data = static_cast<const char*>(p.v.data);
   // Paged: block m's row offsets are in ring buffer (m − n_begin) % kStages, the index of the K/V

@@ -181,6 +181,7 @@ CacheIndex cache_index(const KVCacheParams& p) {
   CacheIndex x{};
   x.cache_seqlens = p.cache_seqlens;
   x.cache_batch_idx = p.cache_batch_idx;
+  x.cache_leftpad = p.cache_leftpad;
   x.block_table = p.block_table;
   x.block_table_batch_stride = p.block_table_batch_stride;
   x.page_size = FastDivmod::of(p.is_paged() ? static_cast<int>(p.page_size) : 1);

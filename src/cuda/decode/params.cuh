@@ -60,6 +60,7 @@ struct SequenceRows<true> {
 struct CacheIndex {
   const int32_t* cache_seqlens;    // [batch] or null: every sequence holds `capacity − seqlen_new` cached keys
   const int32_t* cache_batch_idx;  // [batch] or null (contiguous only)
+  const int32_t* cache_leftpad;    // [batch] or null (contiguous only): the first row of b's keys
   const int32_t* block_table;      // paged when non-null: [batch][block_table_batch_stride]
   int64_t block_table_batch_stride;
   FastDivmod page_size;  // paged only
@@ -75,10 +76,23 @@ struct CacheIndex {
     const int room = capacity - seqlen_new;
     return cache_seqlens == nullptr ? room : clamp(cache_seqlens[b], 0, room);
   }
-  // Keys sequence b attends to after the append: ≤ capacity.
-  __device__ __forceinline__ int keys(int b) const { return cached(b) + seqlen_new; }
+  // The first cache row of sequence b's keys (left padding before it), clamped to [0, cached(b)].
+  __device__ __forceinline__ int first_key(int b) const {
+    return cache_leftpad == nullptr ? 0 : clamp(cache_leftpad[b], 0, cached(b));
+  }
+  // Keys sequence b attends to after the append, rows [first_key(b), cached(b) + seqlen_new): ≤ capacity.
+  __device__ __forceinline__ int keys(int b) const { return cached(b) - first_key(b) + seqlen_new; }
 
-  // Sequence b's rows of kv head h in `side` (the K/V addressing the kernels step through).
+  // Sequence b's keys of kv head h in `side`: key t at cache row first_key(b) + t (the attention's
+  // addressing; the append's is rows(), from row 0).
+  template <bool kPaged>
+  __device__ __forceinline__ SequenceRows<kPaged> key_rows(const CacheSide& side, int b, int h) const {
+    SequenceRows<kPaged> r = rows<kPaged>(side, b, h);
+    if constexpr (!kPaged) r.base += int64_t{first_key(b)} * side.row_stride;
+    return r;
+  }
+
+  // Sequence b's cache rows of kv head h in `side`, from row 0.
   template <bool kPaged>
   __device__ __forceinline__ SequenceRows<kPaged> rows(const CacheSide& side, int b, int h) const {
     SequenceRows<kPaged> r;

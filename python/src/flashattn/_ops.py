@@ -116,7 +116,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *args) -> Tuple[Tensor, Tensor]:
 def kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, *args) -> Tuple[Tensor, Tensor]:
     """(out, lse) of torch.ops.flashattn.kvcache(q, k_cache, v_cache, *args) (the schema's order: k, v,
     rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table, the options, rotary_interleaved,
-    num_splits, path), which first appends k, v into the caches in place; raising flashattn's errors.
+    num_splits, path, cache_leftpad), which first appends k, v into the caches in place; raising flashattn's
+    errors.
     Inference only: no gradient flows through it."""
     try:
         return torch.ops.flashattn.kvcache(q, k_cache, v_cache, *args)

@@ -18,6 +18,7 @@ namespace fa_test {
 namespace {
 
 using namespace flashattn;
+using cpu::exp_nonpositive;
 using cpu::exp_poly;
 using cpu::tanh_poly;
 
@@ -66,6 +67,23 @@ TEST(ExpPoly, SpecialValues) {
   EXPECT_EQ(exp_poly(89.f), kInf);    // above log(FLT_MAX)
   EXPECT_TRUE(std::isfinite(exp_poly(88.72f)));
   EXPECT_GT(exp_poly(-86.5f), 0.f);
+}
+
+// The softmax's exp (x = score − row max ≤ 0): exp_poly's value bitwise on its whole domain.
+TEST(ExpNonpositive, EqualsExpPolyWherePromised) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> x_of(-100.f, 88.7f);
+  int differ = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const float x = x_of(rng);
+    if (exp_nonpositive(x) != exp_poly(x)) ++differ;
+  }
+  EXPECT_EQ(differ, 0);
+  EXPECT_EQ(exp_nonpositive(0.f), 1.f);
+  EXPECT_EQ(exp_nonpositive(-kInf), 0.f);
+  EXPECT_TRUE(std::isnan(exp_nonpositive(std::nanf(""))));
+  EXPECT_EQ(exp_nonpositive(-87.f), 0.f);
+  EXPECT_EQ(exp_poly(-86.5f), exp_nonpositive(-86.5f));
 }
 
 TEST(TanhPoly, WithinThreeUlp) {

@@ -48,6 +48,35 @@ inline float exp_poly(float x) {
   return y;
 }
 
+// exp(x) for the softmax's x = score − row max ≤ 0 (and −inf, NaN): exp_poly without its overflow
+// branch, which the argument never reaches; the same value as exp_poly wherever x ≤ 88.7.
+inline float exp_nonpositive(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  constexpr float kRoundMagic = 12582912.0f;
+  constexpr float kMinArg = -86.5f;
+  const float xc = x < kMinArg ? kMinArg : x;
+  const float t = xc * kLog2e + kRoundMagic;
+  const float n = t - kRoundMagic;
+  uint32_t t_bits;
+  std::memcpy(&t_bits, &t, 4);
+  const uint32_t n_bits = t_bits - 0x4b400000u;
+  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  const uint32_t half_scale_bits = (n_bits + 126u) << 23;
+  float half_scale;
+  std::memcpy(&half_scale, &half_scale_bits, 4);
+  const float y = p * half_scale * 2.f;
+  return x < kMinArg ? 0.f : y;
+}
+
 // tanh(x) for float, within 3 ulp, vectorizable like exp_poly (score.hpp's cap runs it on every score).
 // Cephes' scheme: an odd polynomial below |x| = 0.625, where 1 − 2/(e^{2|x|} + 1) would cancel,
 // and that formula above it (→ ±1 as e^{2|x|} overflows). Both are computed and one selected.

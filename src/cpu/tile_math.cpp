@@ -48,21 +48,24 @@ void fold_scores(float* st, int64_t keys, int64_t queries, float* running_max, f
     // A query that has seen no key yet has m = −inf; shifting by 0 instead keeps exp(−inf − (−inf))
     // = NaN out: its masked scores give P = exp(−inf) = 0 and its (zero) state rescales by 0.
     shift[i] = m_new[i] == -kInf ? 0.f : m_new[i];
-    rescale[i] = exp_poly(running_max[i] - shift[i]);
+    rescale[i] = exp_nonpositive(running_max[i] - shift[i]);
     block_sum[i] = 0.f;
   }
   for (int64_t j = 0; j < keys; ++j) {
     float* __restrict row = st + j * kBlockM;
     for (int64_t i = 0; i < queries; ++i) {
-      const float p = exp_poly(row[i] - shift[i]);
+      const float p = exp_nonpositive(row[i] - shift[i]);
       row[i] = p;
       block_sum[i] += p;
     }
   }
+  int moved = 0;  // rows whose max rose: only then is the accumulator rescaled (else by exactly 1)
   for (int64_t i = 0; i < queries; ++i) {
+    moved |= m_new[i] != running_max[i];
     running_sum[i] = running_sum[i] * rescale[i] + block_sum[i];
     running_max[i] = m_new[i];
   }
+  if (!moved) return;
   for (int64_t c = 0; c < dv; ++c) {
     float* __restrict acc_row = acc_t + c * kBlockM;
     for (int64_t i = 0; i < queries; ++i) acc_row[i] *= rescale[i];

@@ -2,6 +2,7 @@
 // fa_backward checked against the reference, and status codes and messages that round-trip.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "flashattn/flashattn_c.h"
@@ -234,6 +235,7 @@ fa_kvcache_args kvcache_to_c(const KVCacheArgs& k, fa_options* o) {
   a.cache_seqlens = to_c(k.cache_seqlens);
   a.block_table = to_c(k.block_table);
   a.cache_batch_idx = to_c(k.cache_batch_idx);
+  a.cache_leftpad = to_c(k.cache_leftpad);
   a.k_new = to_c(k.k_new);
   a.v_new = to_c(k.v_new);
   a.rotary_cos = to_c(k.rotary_cos);
@@ -280,6 +282,30 @@ TEST(CApiKVCache, PagedAppendRotaryMatchesReference) {
   a.struct_size = 5;
   EXPECT_EQ(fa_kvcache_forward(&a, msg, sizeof msg), static_cast<int>(StatusCode::invalid_argument));
   EXPECT_NE(std::strstr(msg, "fa_kvcache_args.struct_size = 5"), nullptr) << msg;
+}
+
+// Layout 2 of fa_kvcache_args: cache_leftpad reaches the call (a left-padded cache against the
+// reference, padding rows NaN); a caller compiled against layout 1 (struct_size = the layout-1 size)
+// gets no left padding: its call reads the padding rows, which are NaN here.
+TEST(CApiKVCache, LeftPaddedCache) {
+  Rng rng;
+  KVProblem kp = make_kv_problem(KVCase::decode({9, 30}, 64, 4, 2, 64).left_padded({20, 3}).append(1), rng);
+  const KVExpected e = expect_of(kp);
+  DeviceMirror host{Backend::host()};
+  fa_options o;
+  fa_kvcache_args a = kvcache_to_c(kp.args(host), &o);
+  for (HostTensor* t : {&kp.out, &kp.lse}) t->poison();
+  for (HostTensor* t : {&kp.q, &kp.k_new, &kp.v_new, &kp.cache_seqlens, &kp.cache_leftpad, &kp.out, &kp.lse, &kp.k_cache,
+                        &kp.v_cache}) {
+    t->snapshot();
+  }
+  char msg[512] = "untouched";
+  ASSERT_EQ(fa_kvcache_forward(&a, msg, sizeof msg), 0) << msg;
+  expect_kvcache_matches(kp, e);
+
+  a.struct_size = FA_KVCACHE_ARGS_SIZE_V1;
+  ASSERT_EQ(fa_kvcache_forward(&a, msg, sizeof msg), 0) << msg;
+  EXPECT_TRUE(std::isnan(kp.out.get({0, 0, 0, 0}))) << "a layout-1 caller's call attends from row 0 (the NaN padding)";
 }
 
 }  // namespace

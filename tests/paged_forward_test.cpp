@@ -36,6 +36,9 @@ std::vector<Case> paged_cases() {
   // Head dims whose rows of 16-byte chunks do not divide a warp (96, and 80 rounded up to it).
   v.push_back(Case::varlen({70, 130}, {300, 513}, 4, 2, 96).paged(16).causal_mask());
   v.push_back(Case::varlen({33, 200}, {90, 200}, 2, 1, 80).paged(3).with(DType::f16));
+  // The widest tiles: D = 256 (loaded as two plays of the block's threads) and 192 (a lookup per chunk).
+  v.push_back(Case::varlen({70, 129}, {130, 257}, 2, 1, 256).paged(16).causal_mask());
+  v.push_back(Case::varlen({65, 3}, {200, 64}, 2, 2, 192).paged(5).with(DType::f16));
   return v;
 }
 

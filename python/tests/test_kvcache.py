@@ -92,6 +92,19 @@ def make_cache(batch, capacity, heads_kv, d, dv, dtype, page_size, cache_lens, n
     return k_cache, v_cache, block_table, idx
 
 
+def assert_caches(k_got, v_got, k_want, v_want, rotated, dtype):
+    """The caches after a call: bitwise where nothing was appended (NaN stays NaN); appended keys
+    within a rounding when they were rotated, values bitwise."""
+    for name, got, want in (("k_cache", k_got, k_want), ("v_cache", v_got, v_want)):
+        same = (got == want) | (got.isnan() & want.isnan())
+        if not rotated or name == "v_cache":
+            assert bool(same.all()), f"{name}: {int((~same).sum())} elements differ from the reference's cache"
+        else:
+            tol = 2 * reference.UNIT_ROUNDOFF.get(dtype, 2.0**-24) * want.abs().double() + 1e-5
+            close = same | ((got.double() - want.double()).abs() <= tol)
+            assert bool(close.all()), f"{name}: {int((~close).sum())} elements off"
+
+
 CASES = [
     pytest.param(dict(), id="plain"),
     pytest.param(dict(new=1), id="append1"),
@@ -139,15 +152,7 @@ def test_matches_reference(device, dtype, case):
                                        path=PATH[device])
     reference.assert_by_rule("out", out.cpu(), out_ref, out_pt, dtype)
     reference.assert_by_rule("lse", lse.cpu(), lse_ref, lse_pt, dtype)
-    # the caches: bitwise where nothing was appended (NaN stays NaN), appended rows within a rounding
-    for name, got, want in (("k_cache", kcd.cpu(), k_ref), ("v_cache", vcd.cpu(), v_ref)):
-        same = (got == want) | (got.isnan() & want.isnan())
-        if not case.get("rotary") or name == "v_cache":
-            assert bool(same.all()), f"{name}: {int((~same).sum())} elements differ from the reference's cache"
-        else:
-            tol = 2 * reference.UNIT_ROUNDOFF.get(dtype, 2.0**-24) * want.abs().double() + 1e-5
-            close = same | ((got.double() - want.double()).abs() <= tol)
-            assert bool(close.all()), f"{name}: {int((~close).sum())} elements off"
+    assert_caches(kcd.cpu(), vcd.cpu(), k_ref, v_ref, bool(case.get("rotary")), dtype)
 
 
 @pytest.mark.parametrize("opts", [pytest.param(dict(), id="plain"),
@@ -188,13 +193,7 @@ def test_cache_leftpad(device, dtype, opts):
                                        cache_leftpad=padd, causal=causal, return_softmax_lse=True, path=PATH[device])
     reference.assert_by_rule("out", out.cpu(), torch.cat(outs), torch.cat(outs_pt), dtype)
     reference.assert_by_rule("lse", lse.cpu(), torch.cat(lses), torch.cat(lses_pt), dtype)
-    for name, got, want in (("k_cache", kcd.cpu(), k_want), ("v_cache", vcd.cpu(), v_want)):
-        same = (got == want) | (got.isnan() & want.isnan())
-        if not opts.get("rotary") or name == "v_cache":
-            assert bool(same.all()), f"{name}: {int((~same).sum())} elements differ from the reference's cache"
-        else:
-            tol = 2 * reference.UNIT_ROUNDOFF.get(dtype, 2.0**-24) * want.abs().double() + 1e-5
-            assert bool((same | ((got.double() - want.double()).abs() <= tol)).all()), f"{name}: elements off"
+    assert_caches(kcd.cpu(), vcd.cpu(), k_want, v_want, bool(opts.get("rotary")), dtype)
 
 
 def decode_problem(batch, cache_len, heads_q, heads_kv, d, dtype, page_size=0, seed=0):

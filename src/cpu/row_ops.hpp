@@ -12,19 +12,18 @@
 
 namespace flashattn::cpu {
 
-// exp(x) for float, within 2 ulp on [−86.5, 88.7]; exp(x < −86.5) = 0 (the true value is below
-// 3e-38, nothing next to a softmax's max term of 1), exp(x > 88.7) = +inf, exp(NaN) = NaN.
-// Cody–Waite reduction x = n·ln2 + r, |r| ≤ ln2/2, Cephes' degree-6 polynomial for exp(r), 2^n
-// built in the exponent bits. n is rounded by the 1.5·2²³ trick, never by a float→int conversion
-// (undefined for NaN).
-inline float exp_poly(float x) {
+// exp(x) for float, within 2 ulp on [−86.5, 88.7], for x ≤ log(FLT_MAX) = 88.72 (the softmax's
+// x = score − row max ≤ 0, −inf and NaN included): exp(x < −86.5) = 0 (the true value is below
+// 3e-38, nothing next to a softmax's max term of 1), exp(NaN) = NaN. Cody–Waite reduction
+// x = n·ln2 + r, |r| ≤ ln2/2, Cephes' degree-6 polynomial for exp(r), 2^n built in the exponent
+// bits. n is rounded by the 1.5·2²³ trick, never by a float→int conversion (undefined for NaN).
+inline float exp_nonpositive(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f;       // ln 2 = kLn2Hi + kLn2Lo, kLn2Hi exact in 10 bits
   constexpr float kLn2Lo = -2.12194440e-4f;
   constexpr float kRoundMagic = 12582912.0f;  // 1.5·2²³: adding it rounds to an integer in the low bits
   constexpr float kMinArg = -86.5f;           // keeps 2^(n−1) a normal float
-  constexpr float kMaxArg = 88.72283f;        // log(FLT_MAX)
-  const float xc = x < kMinArg ? kMinArg : (x > kMaxArg ? kMaxArg : x);
+  const float xc = x < kMinArg ? kMinArg : x;
   const float t = xc * kLog2e + kRoundMagic;
   const float n = t - kRoundMagic;
   uint32_t t_bits;
@@ -38,43 +37,20 @@ inline float exp_poly(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.f;
-  // 2^n as 2·2^(n−1): n = 128 (x near kMaxArg) still has a finite exponent field.
-  const uint32_t half_scale_bits = (n_bits + 126u) << 23;
-  float half_scale;
-  std::memcpy(&half_scale, &half_scale_bits, 4);
-  float y = p * half_scale * 2.f;
-  y = x < kMinArg ? 0.f : y;
-  y = x > kMaxArg ? std::numeric_limits<float>::infinity() : y;
-  return y;
-}
-
-// exp(x) for the softmax's x = score − row max ≤ 0 (and −inf, NaN): exp_poly without its overflow
-// branch, which the argument never reaches; the same value as exp_poly wherever x ≤ 88.7.
-inline float exp_nonpositive(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f;
-  constexpr float kLn2Lo = -2.12194440e-4f;
-  constexpr float kRoundMagic = 12582912.0f;
-  constexpr float kMinArg = -86.5f;
-  const float xc = x < kMinArg ? kMinArg : x;
-  const float t = xc * kLog2e + kRoundMagic;
-  const float n = t - kRoundMagic;
-  uint32_t t_bits;
-  std::memcpy(&t_bits, &t, 4);
-  const uint32_t n_bits = t_bits - 0x4b400000u;
-  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.f;
+  // 2^n as 2·2^(n−1): n = 128 (x near log(FLT_MAX)) still has a finite exponent field.
   const uint32_t half_scale_bits = (n_bits + 126u) << 23;
   float half_scale;
   std::memcpy(&half_scale, &half_scale_bits, 4);
   const float y = p * half_scale * 2.f;
   return x < kMinArg ? 0.f : y;
+}
+
+// exp(x) for every float: exp_nonpositive's value up to log(FLT_MAX), +inf above it (the overflow
+// branch the softmax's argument never needs).
+inline float exp_poly(float x) {
+  constexpr float kMaxArg = 88.72283f;  // log(FLT_MAX)
+  const float y = exp_nonpositive(x > kMaxArg ? kMaxArg : x);
+  return x > kMaxArg ? std::numeric_limits<float>::infinity() : y;
 }
 
 // tanh(x) for float, within 3 ulp, vectorizable like exp_poly (score.hpp's cap runs it on every score).

@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "cuda/common/fast_divmod.cuh"
 #include "cuda/common/host_device.cuh"
+#include "cuda/common/paged_rows.cuh"
 #include "cuda/common/scores.cuh"
 
 namespace flashattn::cuda::decode {
@@ -33,29 +33,7 @@ struct SequenceRows<false> {
   __device__ __forceinline__ int64_t offset(int key) const { return base + int64_t{key} * row_stride; }
 };
 template <>
-struct SequenceRows<true> {
-  int64_t base, row_stride, page_stride;
-  const int32_t* pages;
-  FastDivmod page_size;
-  int last_page;
-
-  // The block-table entry for key `key`, as stored (a caller may hold it a while before using it:
-  // the clamp is what consumes the load).
-  __device__ __forceinline__ int entry_of(int key) const { return *entry_address(key); }
-  __device__ __forceinline__ const int32_t* entry_address(int key) const { return pages + page_size.quotient(key); }
-  // A table entry clamped into the pool.
-  __device__ __forceinline__ int clamp_page(int entry) const {
-    return entry < 0 ? 0 : (entry > last_page ? last_page : entry);
-  }
-  // The pool page holding key `key`.
-  __device__ __forceinline__ int page_of(int key) const { return clamp_page(entry_of(key)); }
-  // Key `key` on a (clamped) pool page.
-  __device__ __forceinline__ int64_t offset_on(int page, int key) const {
-    const int row = key - page_size.quotient(key) * page_size.divisor;
-    return base + int64_t{page} * page_stride + int64_t{row} * row_stride;
-  }
-  __device__ __forceinline__ int64_t offset(int key) const { return offset_on(page_of(key), key); }
-};
+struct SequenceRows<true> : PagedRows {};
 
 struct CacheIndex {
   const int32_t* cache_seqlens;    // [batch] or null: every sequence holds `capacity − seqlen_new` cached keys

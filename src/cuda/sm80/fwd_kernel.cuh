@@ -171,11 +171,11 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const __grid_cons
   const uint32_t s_v = ptx::smem_addr(smem) + Traits::kVOffset;
   const FwdWarpOperands<Traits> ops{ldsm_a_addr<QTile>(s_q, warp_row0, lane), ldsm_b_addr<KVTile>(s_k, 0, lane),
                                     s_v - (s_q + warp_row0 * QTile::kChunksPerRow * kChunkBytes)};
-  [[maybe_unused]] PagedKVRows k_pages{}, v_pages{};
+  [[maybe_unused]] PagedRows k_pages{}, v_pages{};
   if constexpr (Traits::kPaged) {  // the sequence's block-table row; seq.k_offset is not used (keys are not packed)
     const int32_t* table = p.block_table + ix.batch * p.block_table_batch_stride;
-    k_pages = PagedKVRows{table, head_kv * p.k_head_stride, p.k_batch_stride, p.k_row_stride, p.page_size, p.last_page};
-    v_pages = PagedKVRows{table, head_kv * p.v_head_stride, p.v_batch_stride, p.v_row_stride, p.page_size, p.last_page};
+    k_pages = PagedRows{head_kv * p.k_head_stride, p.k_row_stride, p.k_batch_stride, table, p.page_size, p.last_page};
+    v_pages = PagedRows{head_kv * p.v_head_stride, p.v_row_stride, p.v_batch_stride, table, p.page_size, p.last_page};
   }
   const FwdLoads<Traits> load{p, seq, k_head, v_head, s_k, s_v, tid, k_pages, v_pages};
 

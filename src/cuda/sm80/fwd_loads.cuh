@@ -54,39 +54,33 @@ struct FwdLoads {
   const char* v_head;
   uint32_t s_k, s_v;   // the K and V stage buffers in shared memory
   int tid;
-  PagedKVRows k_pages, v_pages;  // paged instances: this sequence's pages of K and V
+  PagedRows k_pages, v_pages;  // paged instances: this sequence's pages of K and V
 
   // Issues the cp.async copies of key block n (K or V) into a stage buffer.
   __device__ __forceinline__ void k(int n, int stage) const {
-    if constexpr (Traits::kPaged) {
-      paged_block(k_pages, p.k, s_k + stage * KVTile::kBytes, n, p.hdim_qk);
-    } else {
-      LoadKV::load_async_or_zero(s_k + stage * KVTile::kBytes,
-                                 k_head + static_cast<int64_t>(n) * kBlockN * p.k_row_stride * kElemBytes,
-                                 p.k_row_stride, seq.seqlen_k - n * kBlockN, p.hdim_qk, tid);
-    }
+    block(k_head, p.k_row_stride, k_pages, p.k, s_k + stage * KVTile::kBytes, n, p.hdim_qk);
   }
   __device__ __forceinline__ void v(int n, int stage) const {
-    if constexpr (Traits::kPaged) {
-      paged_block(v_pages, p.v, s_v + stage * KVTile::kBytes, n, p.hdim_v);
-    } else {
-      LoadKV::load_async_or_zero(s_v + stage * KVTile::kBytes,
-                                 v_head + static_cast<int64_t>(n) * kBlockN * p.v_row_stride * kElemBytes,
-                                 p.v_row_stride, seq.seqlen_k - n * kBlockN, p.hdim_v, tid);
-    }
+    block(v_head, p.v_row_stride, v_pages, p.v, s_v + stage * KVTile::kBytes, n, p.hdim_v);
   }
 
-  // Key block n from a page pool: when the page size is a multiple of the block's, one page holds
-  // the whole block and its rows are one stride apart; else each row is found on its own page.
-  __device__ __forceinline__ void paged_block(const PagedKVRows& rows, const void* pool, uint32_t smem, int n,
-                                              int cols) const {
-    const char* base = static_cast<const char*>(pool);
-    const int key0 = n * kBlockN, rows_valid = seq.seqlen_k - key0;
-    if (rows.page_size.divisor % kBlockN == 0) {
-      LoadKV::load_async_or_zero(smem, base + rows.offset(key0) * kElemBytes, rows.row_stride, rows_valid, cols, tid);
+  // Key block n of one side: rows one stride apart from `head` (packed or padded K/V), or from the
+  // page pool (paged instances): when the page size is a multiple of the block's, one page holds the
+  // whole block and its rows are one stride apart; else each row is found on its own page.
+  __device__ __forceinline__ void block(const char* head, int64_t row_stride, const PagedRows& pages,
+                                        const void* pool, uint32_t smem, int n, int cols) const {
+    if constexpr (!Traits::kPaged) {
+      LoadKV::load_async_or_zero(smem, head + static_cast<int64_t>(n) * kBlockN * row_stride * kElemBytes, row_stride,
+                                 seq.seqlen_k - n * kBlockN, cols, tid);
     } else {
-      const auto row_offset = [&](int row) { return rows.offset(key0 + row); };
-      LoadKV::load_rows_async_or_zero(smem, pool, row_offset, rows_valid, cols, tid);
+      const int key0 = n * kBlockN, rows_valid = seq.seqlen_k - key0;
+      if (pages.page_size.divisor % kBlockN == 0) {
+        LoadKV::load_async_or_zero(smem, static_cast<const char*>(pool) + pages.offset(key0) * kElemBytes,
+                                   pages.row_stride, rows_valid, cols, tid);
+      } else {
+        const auto row_offset = [&](int row) { return pages.offset(key0 + row); };
+        LoadKV::load_rows_async_or_zero(smem, pool, row_offset, rows_valid, cols, tid);
+      }
     }
   }
 

@@ -65,7 +65,7 @@ struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;  // instance head dim D (tiles are D wide; d ≤ D runs here)
   static constexpr bool kMasked = kMasked_;   // causal / local window: block skipping + element masks
   static constexpr bool kBigSmem = kBigSmem_; // the shape for GPUs with kFwdBigSmemBytes per block
-  static constexpr bool kPaged = kPaged_;     // K/V in block-table pages (kv_rows.cuh's PagedKVRows)
+  static constexpr bool kPaged = kPaged_;     // K/V in block-table pages (common/paged_rows.cuh's PagedRows)
   static constexpr FwdTileShape kShape = fwd_tile_shape(kHeadDim, dtype_of<Tag>(), kBigSmem);
 
   static constexpr int kBlockM = kShape.block_m;

@@ -274,7 +274,7 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q_in, const Tensor& k_in, const Ten
                                const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k, int64_t max_seqlen_q,
                                int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
                                int64_t window_right, double softcap, bool /*deterministic: the backward's*/,
-                               c10::string_view path, const OptTensor& block_table_in) {
+                               c10::string_view path, const OptTensor& block_table_in, bool return_lse) {
   const bool varlen = check_inputs(q_in, k_in, v_in, cu_seqlens_q, cu_seqlens_k, block_table_in);
   const c10::OptionalDeviceGuard guard(cuda_device_of(q_in));
   const Tensor q = usable(q_in), k = usable(k_in), v = usable(v_in);
@@ -282,12 +282,14 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q_in, const Tensor& k_in, const Ten
                            window_left, window_right, softcap, path);
   const OptTensor block_table = offsets(block_table_in);  // read as a plain int32 array
   Tensor out = varlen ? rows(out_shape(q, v), q, c.cu_seqlens_q) : empty(out_shape(q, v), q, q.scalar_type());
-  Tensor lse = empty(lse_shape(q, varlen), q, at::kFloat);
+  // Without return_lse (inference that does not ask for it) the kernels write no LSE: one
+  // allocation fewer before the launch; the op returns an empty tensor in its place.
+  Tensor lse = return_lse ? empty(lse_shape(q, varlen), q, at::kFloat) : at::empty({0}, q.options().dtype(at::kFloat));
   ForwardArgs a;
   fill(&a, q, k, v, c);
   a.block_table = view_of("block_table", block_table);
   a.out = view_of("out", out);
-  a.lse = view_of("lse", lse);
+  if (return_lse) a.lse = view_of("lse", lse);
   run(a, q, [](const ForwardArgs& x) { return flashattn::forward(x); });
   return {out, lse};
 }
@@ -412,7 +414,7 @@ std::tuple<Tensor, Tensor> kvcache(const Tensor& q_in, const Tensor& k_cache, co
 
 using FwdSignature = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const OptTensor&,
                                                  const OptTensor&, c10::SymInt, c10::SymInt, double, bool, int64_t,
-                                                 int64_t, double, bool, c10::string_view, const OptTensor&);
+                                                 int64_t, double, bool, c10::string_view, const OptTensor&, bool);
 using BwdSignature = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                                          const Tensor&, const Tensor&, const OptTensor&,
                                                          const OptTensor&, c10::SymInt, c10::SymInt, double, bool,
@@ -439,7 +441,8 @@ class Attention : public torch::autograd::Function<Attention> {
                                int64_t window_right, double softcap, bool deterministic, c10::string_view path) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, lse] = fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                                    causal, window_left, window_right, softcap, deterministic, path, std::nullopt);
+                                    causal, window_left, window_right, softcap, deterministic, path, std::nullopt,
+                                    /*return_lse=*/true);
     ctx->save_for_backward({q, k, v, out, lse, cu_seqlens_q.value_or(Tensor()), cu_seqlens_k.value_or(Tensor())});
     ctx->saved_data["max_seqlen_q"] = std::move(max_seqlen_q);
     ctx->saved_data["max_seqlen_k"] = std::move(max_seqlen_k);
@@ -482,19 +485,22 @@ std::tuple<Tensor, Tensor> fwd_autograd(const Tensor& q, const Tensor& k, const 
                                         const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k,
                                         c10::SymInt max_seqlen_q, c10::SymInt max_seqlen_k, double softmax_scale,
                                         bool causal, int64_t window_left, int64_t window_right, double softcap,
-                                        bool deterministic, c10::string_view path, const OptTensor& block_table) {
+                                        bool deterministic, c10::string_view path, const OptTensor& block_table,
+                                        bool return_lse) {
   const bool needs_grad =
       at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
   if (!needs_grad) {  // inference: no graph node, no saved tensors
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, std::move(max_seqlen_q), std::move(max_seqlen_k),
-                         softmax_scale, causal, window_left, window_right, softcap, deterministic, path, block_table);
+                         softmax_scale, causal, window_left, window_right, softcap, deterministic, path, block_table,
+                         return_lse);
   }
   if (block_table) {  // refused before the forward runs, not when backward() finds no gradient
     raise(StatusCode::not_supported,
           "block_table: the paged forward has no backward (neither has flash-attn's); q, k, v must not require "
           "grad, or run under torch.no_grad()");
   }
+  // The backward needs the LSE: computed whatever return_lse says.
   const variable_list r =
       Attention::apply(q, k, v, cu_seqlens_q, cu_seqlens_k, std::move(max_seqlen_q), std::move(max_seqlen_k),
                        softmax_scale, causal, window_left, window_right, softcap, deterministic, path);
@@ -510,12 +516,13 @@ int last_error_code() { return g_last_error_code; }
 }  // namespace flashattn::torch_ops
 
 // Schemas: `int` windows, `SymInt` maxima (torch.compile may trace them symbolically), `float` is a
-// double; fwd's block_table (paged k, v) comes last, so callers without it pass nothing. fwd and bwd neither mutate nor alias their inputs; kvcache writes its caches.
+// double; fwd's block_table (paged k, v) and return_lse (False: lse comes back empty, unless autograd
+// needs it) come last, so callers without them pass nothing. fwd and bwd neither mutate nor alias their inputs; kvcache writes its caches.
 TORCH_LIBRARY(flashattn, m) {
   m.def(
       "fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, SymInt max_seqlen_q, "
       "SymInt max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
-      "bool deterministic, str path=\"auto\", Tensor? block_table=None) -> (Tensor, Tensor)");
+      "bool deterministic, str path=\"auto\", Tensor? block_table=None, bool return_lse=True) -> (Tensor, Tensor)");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? cu_seqlens_q, "
       "Tensor? cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, bool causal, "

@@ -97,6 +97,29 @@ def test_output_only_call(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_lse_only_when_needed(device):
+    """Inference without return_attn_probs computes no LSE (the op returns an empty one) and the same
+    out bitwise; asked for, or needed by autograd, the LSE is there and by the rule."""
+    from flashattn import _ops
+    dtype = DEFAULT_DTYPE[device]
+    q, k, v = make_qkv((2, 37, 37, 4, 2, 64, 64), device, dtype, requires_grad=False)
+    args = (None, None, 0, 0, 0.125, True, -1, 0, 0.0, False, "auto", None)
+    with torch.no_grad():
+        out_no, lse_no = _ops.attention(q, k, v, *args, False)
+        out_yes, lse_yes = _ops.attention(q, k, v, *args, True)
+        out_api = flash_attn_func(q, k, v, softmax_scale=0.125, causal=True)
+    assert lse_no.numel() == 0 and lse_yes.shape == (2, 4, 37)
+    assert torch.equal(out_no, out_yes) and torch.equal(out_api, out_yes)
+    _, lse_ref = reference.attention(q, k, v, causal=True, softmax_scale=0.125)
+    torch.testing.assert_close(lse_yes.double().cpu(), lse_ref.double().cpu(), atol=1e-3, rtol=0)
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    out_g, lse_g = _ops.attention(qg, kg, vg, *args, False)  # the backward needs it: computed anyway
+    assert lse_g.shape == (2, 4, 37) and torch.equal(lse_g, lse_yes)
+    out_g.float().sum().backward()
+    assert qg.grad is not None and torch.isfinite(qg.grad).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_fully_masked_rows(device):
     """Causal with seqlen_q > seqlen_k: the first rows see no key: out 0, lse +inf, zero dq, no NaN."""
     dtype = DEFAULT_DTYPE[device]

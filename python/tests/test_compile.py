@@ -26,11 +26,13 @@ def varlen_args(device, dtype, requires_grad):
     return (q, k, v, cu_q, cu_k, 13, 9, 0.125, False, 4, 1, 0.0, True)
 
 
+@pytest.mark.parametrize("return_lse", [True, False], ids=["lse", "nolse"])
 @pytest.mark.parametrize("make_args", [padded_args, varlen_args], ids=["padded", "varlen"])
 @pytest.mark.parametrize("requires_grad", [False, True], ids=["nograd", "grad"])
 @pytest.mark.parametrize("device", DEVICES)
-def test_opcheck_fwd(device, requires_grad, make_args):
-    torch.library.opcheck(fwd, make_args(device, DEFAULT_DTYPE[device], requires_grad))
+def test_opcheck_fwd(device, requires_grad, make_args, return_lse):
+    args = make_args(device, DEFAULT_DTYPE[device], requires_grad)
+    torch.library.opcheck(fwd, args if return_lse else args + ("auto", None, False))
 
 
 @pytest.mark.parametrize("device", DEVICES)

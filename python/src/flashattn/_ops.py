@@ -98,7 +98,8 @@ def _fast(q: Tensor, k: Tensor, v: Tensor) -> bool:
 
 def attention(q: Tensor, k: Tensor, v: Tensor, *args) -> Tuple[Tensor, Tensor]:
     """(out, lse) of torch.ops.flashattn.fwd(q, k, v, *args) (the schema's order: cu_seqlens_q,
-    cu_seqlens_k, max_seqlen_q, max_seqlen_k, the options, deterministic, path, block_table),
+    cu_seqlens_k, max_seqlen_q, max_seqlen_k, the options, deterministic, path, block_table,
+    return_lse: False gives an empty lse unless autograd needs it),
     differentiable in q, k, v (the operator's autograd kernel; not with a block_table), raising
     flashattn's errors. Eager calls on plain tensors
     take the fast-call entry point: the operator's Python binding costs more host time than the rest
@@ -148,16 +149,19 @@ def _check_ranks(q: Tensor, k: Tensor, v: Tensor, varlen: bool, paged: bool = Fa
 
 
 _FWD_BLOCK_TABLE = 9  # block_table's place in fwd's arguments after cu_seqlens_k (the schema's order)
+_FWD_RETURN_LSE = 10  # and return_lse's
 
 
 @torch.library.register_fake("flashattn::fwd")
-def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, *options, block_table=None):
+def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, *options, block_table=None, return_lse=True):
     if len(options) > _FWD_BLOCK_TABLE:
         block_table = options[_FWD_BLOCK_TABLE]
+    if len(options) > _FWD_RETURN_LSE:
+        return_lse = options[_FWD_RETURN_LSE]
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     _check_ranks(q, k, v, varlen, paged=block_table is not None)
     out_shape, lse_shape = _out_shapes(q, v, varlen)
-    return q.new_empty(out_shape), q.new_empty(lse_shape, dtype=torch.float32)
+    return q.new_empty(out_shape), q.new_empty(lse_shape if return_lse else (0,), dtype=torch.float32)
 
 
 @torch.library.register_fake("flashattn::bwd")

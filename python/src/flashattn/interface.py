@@ -158,10 +158,10 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         raise TypeError(f"flashattn: path must be a str, got {type(path).__name__} {path!r}")
     if type(max_seqlen_q) is not int or type(max_seqlen_k) is not int:
         max_seqlen_q, max_seqlen_k = _integer("max_seqlen_q", max_seqlen_q), _integer("max_seqlen_k", max_seqlen_k)
-    extra = () if block_table is None else (block_table,)  # the schema's default otherwise
+    # The LSE only when asked for (or when autograd keeps it for the backward): inference skips it.
     out, lse = _ops.attention(_pad_head_dim(q), _pad_head_dim(k), _pad_head_dim(v), cu_seqlens_q, cu_seqlens_k,
                               max_seqlen_q, max_seqlen_k, scale, causal, window_left, window_right,
-                              softcap, deterministic, path, *extra)
+                              softcap, deterministic, path, block_table, return_attn_probs)
     if out.shape[-1] != hdim_v:
         out = out[..., :hdim_v]
     # flash-attn returns (out, softmax_lse, S_dmask); S_dmask exists only with dropout, so it is None.

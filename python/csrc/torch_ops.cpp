@@ -194,6 +194,12 @@ Tensor rows(at::IntArrayRef shape, const Tensor& like, const OptTensor& cu_seqle
   return t;
 }
 
+// The LSE output when the caller wants it; else an empty tensor in its place, and the kernels write
+// none (inference that does not ask for it: one allocation fewer before the launch).
+Tensor lse_output(bool wanted, at::IntArrayRef shape, const Tensor& like) {
+  return wanted ? empty(shape, like, at::kFloat) : at::empty({0}, like.options().dtype(at::kFloat));
+}
+
 std::vector<int64_t> out_shape(const Tensor& q, const Tensor& v) {
   std::vector<int64_t> s(q.sizes().begin(), q.sizes().end());
   s.back() = v.size(-1);
@@ -282,9 +288,7 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q_in, const Tensor& k_in, const Ten
                            window_left, window_right, softcap, path);
   const OptTensor block_table = offsets(block_table_in);  // read as a plain int32 array
   Tensor out = varlen ? rows(out_shape(q, v), q, c.cu_seqlens_q) : empty(out_shape(q, v), q, q.scalar_type());
-  // Without return_lse (inference that does not ask for it) the kernels write no LSE: one
-  // allocation fewer before the launch; the op returns an empty tensor in its place.
-  Tensor lse = return_lse ? empty(lse_shape(q, varlen), q, at::kFloat) : at::empty({0}, q.options().dtype(at::kFloat));
+  Tensor lse = lse_output(return_lse, lse_shape(q, varlen), q);
   ForwardArgs a;
   fill(&a, q, k, v, c);
   a.block_table = view_of("block_table", block_table);
@@ -360,7 +364,8 @@ std::tuple<Tensor, Tensor> kvcache(const Tensor& q_in, const Tensor& k_cache, co
                                    const OptTensor& cache_seqlens_in, const OptTensor& cache_batch_idx_in,
                                    const OptTensor& block_table_in, double softmax_scale, bool causal,
                                    int64_t window_left, int64_t window_right, double softcap, bool rotary_interleaved,
-                                   int64_t num_splits, c10::string_view path, const OptTensor& cache_leftpad_in) {
+                                   int64_t num_splits, c10::string_view path, const OptTensor& cache_leftpad_in,
+                                   bool return_lse) {
   if (q_in.dim() != 4) refuse_rank("q", q_in, 4, false);
   if (k_cache.dim() != 4) refuse_rank("k_cache", k_cache, 4, false);
   if (v_cache.dim() != 4) refuse_rank("v_cache", v_cache, 4, false);
@@ -383,7 +388,7 @@ std::tuple<Tensor, Tensor> kvcache(const Tensor& q_in, const Tensor& k_cache, co
   const OptTensor cache_seqlens = offsets(cache_seqlens_in), cache_batch_idx = offsets(cache_batch_idx_in);
   const OptTensor block_table = offsets(block_table_in), cache_leftpad = offsets(cache_leftpad_in);
   Tensor out = empty({q.size(0), q.size(1), q.size(2), v_cache.size(3)}, q, q.scalar_type());
-  Tensor lse = empty({q.size(0), q.size(2), q.size(1)}, q, at::kFloat);
+  Tensor lse = lse_output(return_lse, {q.size(0), q.size(2), q.size(1)}, q);
 
   // In argument order, so the first bad tensor is the one named.
   KVCacheArgs a;
@@ -400,7 +405,7 @@ std::tuple<Tensor, Tensor> kvcache(const Tensor& q_in, const Tensor& k_cache, co
   a.cache_leftpad = view_of("cache_leftpad", cache_leftpad);
   a.rotary_interleaved = rotary_interleaved;
   a.out = view_of("out", out);
-  a.lse = view_of("lse", lse);
+  if (return_lse) a.lse = view_of("lse", lse);
   a.options = make_call(std::nullopt, std::nullopt, 0, 0, softmax_scale, causal, window_left, window_right, softcap,
                         path).options;
   a.num_splits = static_cast<int>(std::clamp<int64_t>(num_splits, -1, std::numeric_limits<int>::max()));
@@ -533,12 +538,13 @@ TORCH_LIBRARY(flashattn, m) {
       "int max_seqlen_q=0, int max_seqlen_k=0, bool causal=False, str path=\"auto\") -> str",
       &flashattn::torch_ops::forward_path);
   // Attention against a KV cache (flash_attn_with_kvcache): appends k, v into the caches in place
-  // (marked mutated: a!, b!), then returns (out, lse). Inference only: no autograd kernel.
+  // (marked mutated: a!, b!), then returns (out, lse) (lse empty with return_lse=False). Inference
+  // only: no autograd kernel.
   m.def(
       "kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k, Tensor? v, Tensor? rotary_cos, "
       "Tensor? rotary_sin, Tensor? cache_seqlens, Tensor? cache_batch_idx, Tensor? block_table, float softmax_scale, "
       "bool causal, int window_left, int window_right, float softcap, bool rotary_interleaved, int num_splits, "
-      "str path=\"auto\", Tensor? cache_leftpad=None) -> (Tensor, Tensor)");
+      "str path=\"auto\", Tensor? cache_leftpad=None, bool return_lse=True) -> (Tensor, Tensor)");
   // The fake (meta) implementations of fwd, bwd and kvcache for torch.compile live in this Python module.
   m.set_python_module("flashattn._ops");
 }

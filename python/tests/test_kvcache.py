@@ -307,3 +307,22 @@ def test_fake_shapes():
     out, lse = flashattn._ops._kvcache_fake(q, k_cache, v_cache, None, None, None, None, None, None, None, 1.0,
                                             False, -1, -1, 0.0, True, 0)
     assert out.shape == (2, 3, 4, 16) and lse.shape == (2, 4, 3) and lse.dtype == torch.float32
+    _, no_lse = flashattn._ops._kvcache_fake(q, k_cache, v_cache, None, None, None, None, None, None, None, 1.0,
+                                             False, -1, -1, 0.0, True, 0, "auto", None, False)
+    assert no_lse.shape == (0,)
+
+
+def test_lse_only_when_asked_for():
+    """Without return_softmax_lse the operator computes no LSE (an empty tensor comes back) and the
+    same out bitwise; the cache is appended to the same way."""
+    k_cache, v_cache = torch.randn(2, 12, 1, 32), torch.randn(2, 12, 1, 32)
+    q, k, v = torch.randn(2, 1, 2, 32), torch.randn(2, 1, 1, 32), torch.randn(2, 1, 1, 32)
+    caches = [(k_cache.clone(), v_cache.clone()) for _ in range(2)]
+    out_lse, lse = flash_attn_with_kvcache(q, *caches[0], k, v, cache_seqlens=5, return_softmax_lse=True)
+    out = flash_attn_with_kvcache(q, *caches[1], k, v, cache_seqlens=5)
+    assert torch.equal(out, out_lse) and lse.shape == (2, 2, 1)
+    assert torch.equal(caches[0][0], caches[1][0]) and torch.equal(caches[0][1], caches[1][1])
+    args = (None, None, None, None, torch.full((2,), 5, dtype=torch.int32), None, None, 32 ** -0.5, False, -1, -1,
+            0.0, True, 0, "auto", None)
+    _, empty = flashattn._ops.kvcache(q, k_cache.clone(), v_cache.clone(), *args, False)
+    assert empty.numel() == 0

@@ -117,8 +117,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *args) -> Tuple[Tensor, Tensor]:
 def kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, *args) -> Tuple[Tensor, Tensor]:
     """(out, lse) of torch.ops.flashattn.kvcache(q, k_cache, v_cache, *args) (the schema's order: k, v,
     rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table, the options, rotary_interleaved,
-    num_splits, path, cache_leftpad), which first appends k, v into the caches in place; raising flashattn's
-    errors.
+    num_splits, path, cache_leftpad, return_lse: False gives an empty lse), which first appends k, v into
+    the caches in place; raising flashattn's errors.
     Inference only: no gradient flows through it."""
     try:
         return torch.ops.flashattn.kvcache(q, k_cache, v_cache, *args)
@@ -170,14 +170,19 @@ def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *options):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
+_KVCACHE_RETURN_LSE = 16  # return_lse's place in kvcache's arguments after v_cache (the schema's order)
+
+
 @torch.library.register_fake("flashattn::kvcache")
-def _kvcache_fake(q, k_cache, v_cache, *options):
+def _kvcache_fake(q, k_cache, v_cache, *options, return_lse=True):
+    if len(options) > _KVCACHE_RETURN_LSE:
+        return_lse = options[_KVCACHE_RETURN_LSE]
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if t.dim() != 4:
             raise InvalidArgumentError(f"flashattn: {name}: rank {t.dim()} (shape {list(t.shape)}), expected 4")
     batch, seqlen_q, heads_q, _ = q.shape
     return (q.new_empty((batch, seqlen_q, heads_q, v_cache.shape[-1])),
-            q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32))
+            q.new_empty((batch, heads_q, seqlen_q) if return_lse else (0,), dtype=torch.float32))
 
 
 def forward_path(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, path: str = "auto",

@@ -324,5 +324,5 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         raise TypeError(f"flashattn: path must be a str, got {type(path).__name__} {path!r}")
     out, lse = _ops.kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, _cache_seqlens(cache_seqlens, q),
                             cache_batch_idx, block_table, scale, causal, window_left, window_right, softcap,
-                            rotary_interleaved, num_splits, path, cache_leftpad)
+                            rotary_interleaved, num_splits, path, cache_leftpad, return_softmax_lse)
     return (out, lse) if return_softmax_lse else out

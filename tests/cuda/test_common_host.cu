@@ -3,12 +3,14 @@
 // bijection inside each row, bank-conflict free for every access pattern the kernels use); the
 // forward's tile shapes (shared memory within the A100/H100 per-block limits, whole warps); the
 // backward's dQ accumulator layout (a permutation of the tile that the kernel and postprocess share);
+// the backward's grid orders (each key block once; key blocks outer hands them out by key block);
 // the decode family's index logic (key splits, packed GQA rows, partial rows) and shapes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "cuda/common/mask.cuh"
@@ -18,6 +20,7 @@
 #include "cuda/decode/shape.cuh"
 #include "cuda/sm80/bwd_tile.cuh"
 #include "cuda/sm80/fwd_traits.cuh"
+#include "cuda/sm80/scheduler.cuh"
 #include "cuda/sm80/smem_tile.cuh"
 
 namespace {
@@ -223,6 +226,35 @@ TEST(CudaBwdTile, DqLayoutIsTheFragmentOrder) {
         }
       }
     }
+  }
+}
+
+TEST(CudaBwdScheduler, GridOrdersCoverEveryKeyBlockOnce) {
+  using namespace flashattn::cuda::sm80;
+  std::mt19937 rng(5);
+  for (int it = 0; it < 300; ++it) {
+    BwdKernelParams p;
+    p.num_n_blocks = 1 + int(rng() % 9);
+    p.heads_kv = 1 + int(rng() % 5);
+    p.batch = 1 + int(rng() % 4);
+    p.key_blocks_outer = rng() % 2;
+    const KeyBlockOrder order = rng() % 2 ? KeyBlockOrder::ascending : KeyBlockOrder::descending;
+    const int blocks = p.num_n_blocks * p.heads_kv * p.batch;
+    std::set<std::tuple<int, int, int>> seen;
+    int last_rank = -1;
+    for (int g = 0; g < blocks; ++g) {
+      const BwdBlockIndex ix = bwd_block_index(p, g, order);
+      ASSERT_GE(ix.n_block, 0);
+      ASSERT_LT(ix.n_block, p.num_n_blocks);
+      ASSERT_LT(ix.h_kv, p.heads_kv);
+      ASSERT_LT(ix.b, p.batch);
+      EXPECT_TRUE(seen.insert({ix.n_block, ix.h_kv, ix.b}).second) << "block " << g << " repeats a key block";
+      // Key blocks outer: every head's key block of rank r before any of rank r + 1.
+      const int rank = order == KeyBlockOrder::ascending ? ix.n_block : p.num_n_blocks - 1 - ix.n_block;
+      if (p.key_blocks_outer) EXPECT_GE(rank, last_rank) << "block " << g;
+      last_rank = rank;
+    }
+    EXPECT_EQ(int(seen.size()), blocks);
   }
 }
 

@@ -58,6 +58,11 @@ BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms) {
   return s;
 }
 
+// The grid's order (scheduler.cuh's bwd_block_index): key blocks outer where a mask with edges makes
+// the blocks' lengths depend on their key block, so that the longest go first across the whole grid.
+// Deterministic mode keeps heads outer, the order its dQ turns (bwd_dq.cuh) were measured in.
+bool key_blocks_outer(const BwdParams& p) { return mask_of(p.options).has_mask() && !p.deterministic; }
+
 // Whether the device takes the big-shared-memory tile (bwd_tile(.., true)).
 bool use_big_tile(const DeviceInfo& dev, int head_dim) { return dev.smem_optin >= bwd_tile(head_dim, true).smem_bytes(); }
 
@@ -156,6 +161,7 @@ BwdKernelParams kernel_params(const BwdParams& p, int head_dim, const WorkspaceL
   k.scores = make_score_transform(p.options);
   k.score_slope = make_score_slope(k.scores);
   k.deterministic = p.deterministic;
+  k.key_blocks_outer = key_blocks_outer(p);
   char* ws = static_cast<char*>(p.workspace);
   k.dq_accum = reinterpret_cast<float*>(ws + w.dq_accum);
   k.lse_log2 = reinterpret_cast<float*>(ws + w.lse_log2);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/host_device.cuh"
 #include "cuda/common/seqlen.cuh"
 #include "cuda/sm80/bwd_params.cuh"
 #include "cuda/sm80/fwd_params.cuh"
@@ -32,24 +33,38 @@ __device__ __forceinline__ FwdBlockIndex fwd_block_index(const FwdKernelParams& 
 // enum: as a bool argument the kernel's PTX changed (branch polarity).
 enum class KeyBlockOrder : int { ascending, descending };
 
-__device__ __forceinline__ KeyBlockOrder key_block_order(const BwdKernelParams& p) {
+FLASHATTN_HD KeyBlockOrder key_block_order(const BwdKernelParams& p) {
   return p.deterministic && p.window_right >= 0 ? KeyBlockOrder::descending : KeyBlockOrder::ascending;
 }
 
-// Which key block (n_block, kv head h_kv, sequence b) a backward grid block owns. grid_block =
-// n + num_n_blocks · (kv head + heads_kv · b): key blocks fastest, so the blocks reading one head's Q
-// and dO run together; n_block = n, or last − n in descending order.
+// Which key block (n_block, kv head h_kv, sequence b) a backward grid block owns. Two grid orders
+// (p.key_blocks_outer, chosen by the plan):
+//  - heads outer: grid_block = n + num_n_blocks · (kv head + heads_kv · b), key blocks fastest, so
+//    the blocks reading one head's Q and dO run together;
+//  - key blocks outer: grid_block = (kv head + heads_kv · b) + heads_kv · batch · n, every
+//    sequence's and head's key block 0 first. Under a causal mask key block n walks fewer query
+//    blocks as n grows, so this hands out the longest blocks first across the whole grid (longest
+//    processing time first), where heads outer starts each head's longest blocks only when the
+//    previous heads' blocks free their SMs, and the grid ends on long blocks of its last heads.
+// n_block = n, or last − n in descending order.
 struct BwdBlockIndex {
   int n_block, h_kv, b;
 };
 
-__device__ __forceinline__ BwdBlockIndex bwd_block_index(const BwdKernelParams& p, int grid_block, KeyBlockOrder order) {
+FLASHATTN_HD BwdBlockIndex bwd_block_index(const BwdKernelParams& p, int grid_block, KeyBlockOrder order) {
+  int n, head_seq;
+  if (p.key_blocks_outer) {
+    const int heads_seqs = p.heads_kv * p.batch;
+    n = grid_block / heads_seqs;
+    head_seq = grid_block - n * heads_seqs;
+  } else {
+    n = grid_block % p.num_n_blocks;
+    head_seq = grid_block / p.num_n_blocks;
+  }
   BwdBlockIndex ix;
-  int bid = grid_block;
-  ix.n_block = order == KeyBlockOrder::descending ? p.num_n_blocks - 1 - bid % p.num_n_blocks : bid % p.num_n_blocks;
-  bid /= p.num_n_blocks;
-  ix.h_kv = bid % p.heads_kv;
-  ix.b = bid / p.heads_kv;
+  ix.n_block = order == KeyBlockOrder::descending ? p.num_n_blocks - 1 - n : n;
+  ix.h_kv = head_seq % p.heads_kv;
+  ix.b = head_seq / p.heads_kv;
   return ix;
 }
 

@@ -60,8 +60,14 @@ BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms) {
 
 // The grid's order (scheduler.cuh's bwd_block_index): key blocks outer where a mask with edges makes
 // the blocks' lengths depend on their key block, so that the longest go first across the whole grid.
-// Deterministic mode keeps heads outer, the order its dQ turns (bwd_dq.cuh) were measured in.
-bool key_blocks_outer(const BwdParams& p) { return mask_of(p.options).has_mask() && !p.deterministic; }
+// Only for tiles of 128 keys: key blocks outer gives up the L2 reuse of a head's Q, dO and dQ sums by
+// its key blocks running together, and a 64-key tile (head dims 192, 256) moves twice the bytes per
+// product there; on the H200 that cost more than the order gained (hdim 256: -15 % at 512 and 1k, -3 %
+// at 8k and 16k; docs/kernels-sm80-backward.md). Deterministic mode keeps heads outer, the order its
+// dQ turns (bwd_dq.cuh) were measured in.
+bool key_blocks_outer(const BwdParams& p, const BwdTile& tile) {
+  return mask_of(p.options).has_mask() && !p.deterministic && tile.block_n >= 128;
+}
 
 // Whether the device takes the big-shared-memory tile (bwd_tile(.., true)).
 bool use_big_tile(const DeviceInfo& dev, int head_dim) { return dev.smem_optin >= bwd_tile(head_dim, true).smem_bytes(); }
@@ -161,7 +167,7 @@ BwdKernelParams kernel_params(const BwdParams& p, int head_dim, const WorkspaceL
   k.scores = make_score_transform(p.options);
   k.score_slope = make_score_slope(k.scores);
   k.deterministic = p.deterministic;
-  k.key_blocks_outer = key_blocks_outer(p);
+  k.key_blocks_outer = key_blocks_outer(p, tile);
   char* ws = static_cast<char*>(p.workspace);
   k.dq_accum = reinterpret_cast<float*>(ws + w.dq_accum);
   k.lse_log2 = reinterpret_cast<float*>(ws + w.lse_log2);

@@ -243,7 +243,7 @@ TEST(CudaBwdScheduler, GridOrdersCoverEveryKeyBlockOnce) {
     std::set<std::tuple<int, int, int>> seen;
     int last_rank = -1;
     for (int g = 0; g < blocks; ++g) {
-      const BwdBlockIndex ix = bwd_block_index(p, g, order);
+      const BwdBlockIndex ix = bwd_block_index<true>(p, g, order);
       ASSERT_GE(ix.n_block, 0);
       ASSERT_LT(ix.n_block, p.num_n_blocks);
       ASSERT_LT(ix.h_kv, p.heads_kv);

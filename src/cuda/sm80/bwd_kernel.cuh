@@ -71,7 +71,7 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
   const KeyBlockOrder key_order = key_block_order(p);
-  const BwdBlockIndex ix = bwd_block_index(p, grid_block, key_order);
+  const BwdBlockIndex ix = bwd_block_index<Sh::kTile.longest_first>(p, grid_block, key_order);
   const int n_block = ix.n_block, h_kv = ix.h_kv, b = ix.b;
   const SeqLens seq = seq_lens(b, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlen_q, p.seqlen_k);
   const int n0 = n_block * kBN;

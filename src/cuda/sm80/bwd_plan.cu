@@ -59,14 +59,11 @@ BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms) {
 }
 
 // The grid's order (scheduler.cuh's bwd_block_index): key blocks outer where a mask with edges makes
-// the blocks' lengths depend on their key block, so that the longest go first across the whole grid.
-// Only for tiles of 128 keys: key blocks outer gives up the L2 reuse of a head's Q, dO and dQ sums by
-// its key blocks running together, and a 64-key tile (head dims 192, 256) moves twice the bytes per
-// product there; on the H200 that cost more than the order gained (hdim 256: -15 % at 512 and 1k, -3 %
-// at 8k and 16k; docs/kernels-sm80-backward.md). Deterministic mode keeps heads outer, the order its
+// the blocks' lengths depend on their key block, so that the longest go first across the whole grid,
+// on tiles made for it (BwdTile::longest_first). Deterministic mode keeps heads outer, the order its
 // dQ turns (bwd_dq.cuh) were measured in.
 bool key_blocks_outer(const BwdParams& p, const BwdTile& tile) {
-  return mask_of(p.options).has_mask() && !p.deterministic && tile.block_n >= 128;
+  return tile.longest_first && mask_of(p.options).has_mask() && !p.deterministic;
 }
 
 // Whether the device takes the big-shared-memory tile (bwd_tile(.., true)).

@@ -37,6 +37,15 @@ struct BwdTile {
   // kernel).
   bool split_tail = false;
 
+  // Whether the grid may run key blocks outer (scheduler.cuh's bwd_block_index; the plan turns it
+  // on under masks with edges): longest blocks first, at the cost of the L2 reuse of a head's Q, dO
+  // and dQ sums by its key blocks running together. Tiles without it compile no decode of that
+  // order. Measured on the H200 (docs/kernels-sm80-backward.md): on at 64 and 128 (up to +5 % on the
+  // grid's causal cells, +55 % for MQA); off at 256, whose 64-key tile moves twice the bytes per
+  // product through that reuse (-15 % at 512 and 1k), and at 192 (also 64 keys, untimed); off at 96
+  // (untimed: ptxas sm_90a spilled 68 B with the decode compiled in).
+  bool longest_first = false;
+
   // Shared memory: K, V (block_n × d), Q and dO (stages × block_m × d), P and dS (block_m ×
   // block_n), all 16-bit; LSE·log2e and D = rowsum(dO∘O) (stages × block_m fp32 each).
   FLASHATTN_HD constexpr int smem_k_bytes() const { return block_n * head_dim * 2; }
@@ -58,14 +67,14 @@ FLASHATTN_HD constexpr bool bwd_is_instance(int head_dim) {
 // needs it to double-buffer, every other tile fits an A100's 163 KB either way. block_m and
 // block_n never depend on big_smem (the workspace layout and the grid use them).
 FLASHATTN_HD constexpr BwdTile bwd_tile(int head_dim, bool big_smem) {
-  //                                d    bm   bn  wS wKV wQ stages remat_lane wide_dq_reds split_tail
-  if (head_dim == 64) return BwdTile{64, 128, 128, 2, 4, 4, 2, false, false, true};
-  if (head_dim == 96) return BwdTile{96, 64, 128, 2, 4, 4, 2, false, false, false};
-  if (head_dim == 128) return BwdTile{128, 64, 128, 2, 4, 2, 2, true, false, true};
-  if (head_dim == 192) return BwdTile{192, 64, 64, 4, 2, 2, 2, false, false, false};
+  //                                d    bm   bn  wS wKV wQ stages remat_lane wide_dq_reds split_tail longest_first
+  if (head_dim == 64) return BwdTile{64, 128, 128, 2, 4, 4, 2, false, false, true, true};
+  if (head_dim == 96) return BwdTile{96, 64, 128, 2, 4, 4, 2, false, false, false, false};
+  if (head_dim == 128) return BwdTile{128, 64, 128, 2, 4, 2, 2, true, false, true, true};
+  if (head_dim == 192) return BwdTile{192, 64, 64, 4, 2, 2, 2, false, false, false, false};
   if (head_dim == 256) {
-    return big_smem ? BwdTile{256, 64, 64, 4, 2, 2, 2, false, true, true}
-                    : BwdTile{256, 64, 64, 4, 2, 2, 1, false, true, true};
+    return big_smem ? BwdTile{256, 64, 64, 4, 2, 2, 2, false, true, true, false}
+                    : BwdTile{256, 64, 64, 4, 2, 2, 1, false, true, true, false};
   }
   return BwdTile{};
 }

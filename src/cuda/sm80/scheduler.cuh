@@ -38,7 +38,8 @@ FLASHATTN_HD KeyBlockOrder key_block_order(const BwdKernelParams& p) {
 }
 
 // Which key block (n_block, kv head h_kv, sequence b) a backward grid block owns. Two grid orders
-// (p.key_blocks_outer, chosen by the plan):
+// (p.key_blocks_outer, chosen by the plan; kLongestFirst = BwdTile::longest_first, without which
+// only the first is compiled):
 //  - heads outer: grid_block = n + num_n_blocks · (kv head + heads_kv · b), key blocks fastest, so
 //    the blocks reading one head's Q and dO run together;
 //  - key blocks outer: grid_block = (kv head + heads_kv · b) + heads_kv · batch · n, every
@@ -51,20 +52,23 @@ struct BwdBlockIndex {
   int n_block, h_kv, b;
 };
 
+template <bool kLongestFirst>
 FLASHATTN_HD BwdBlockIndex bwd_block_index(const BwdKernelParams& p, int grid_block, KeyBlockOrder order) {
-  int n, head_seq;
-  if (p.key_blocks_outer) {
-    const int heads_seqs = p.heads_kv * p.batch;
-    n = grid_block / heads_seqs;
-    head_seq = grid_block - n * heads_seqs;
-  } else {
-    n = grid_block % p.num_n_blocks;
-    head_seq = grid_block / p.num_n_blocks;
-  }
   BwdBlockIndex ix;
-  ix.n_block = order == KeyBlockOrder::descending ? p.num_n_blocks - 1 - n : n;
-  ix.h_kv = head_seq % p.heads_kv;
-  ix.b = head_seq / p.heads_kv;
+  if (kLongestFirst && p.key_blocks_outer) {
+    const int heads_seqs = p.heads_kv * p.batch;
+    const int n = grid_block / heads_seqs, head_seq = grid_block - n * heads_seqs;
+    ix.n_block = order == KeyBlockOrder::descending ? p.num_n_blocks - 1 - n : n;
+    ix.h_kv = head_seq % p.heads_kv;
+    ix.b = head_seq / p.heads_kv;
+    return ix;
+  }
+  // Heads outer, written as before the other order existed: tiles without it keep their PTX.
+  int bid = grid_block;
+  ix.n_block = order == KeyBlockOrder::descending ? p.num_n_blocks - 1 - bid % p.num_n_blocks : bid % p.num_n_blocks;
+  bid /= p.num_n_blocks;
+  ix.h_kv = bid % p.heads_kv;
+  ix.b = bid / p.heads_kv;
   return ix;
 }
 

@@ -63,10 +63,11 @@ std::vector<Case> seqlen_cases() {
   return v;
 }
 
-// Query heads per key/value head: 1, 2, 4, 3, 6 and MQA (heads_kv = 1).
+// Query heads per key/value head: 1, 2, 4, 3, 6, 8, 16 and 64, MQA (heads_kv = 1) among them; the
+// large groups also varlen with empty sequences and seqlen_q ≠ seqlen_k (issue 14's classes).
 std::vector<Case> gqa_cases() {
   std::vector<Case> v;
-  const std::pair<int64_t, int64_t> heads[] = {{4, 4}, {4, 2}, {8, 2}, {6, 2}, {6, 1}, {8, 1}};
+  const std::pair<int64_t, int64_t> heads[] = {{4, 4}, {4, 2}, {8, 2}, {6, 2}, {6, 1}, {8, 1}, {32, 2}, {16, 1}};
   int i = 0;
   for (auto [hq, hkv] : heads) {
     const DType dt = kDtypes[i % 3];
@@ -75,6 +76,10 @@ std::vector<Case> gqa_cases() {
     ++i;
   }
   v.push_back(Case::padded(1, 120, 120, 4, 1, 128).with(DType::bf16).det());
+  v.push_back(Case::padded(1, 150, 170, 64, 1, 64).with(DType::bf16).causal_mask());
+  v.push_back(Case::padded(2, 90, 60, 64, 1, 128).with(DType::f16).window(30, 10).layout(Strides::permuted));
+  v.push_back(Case::varlen({70, 0, 130}, {90, 40, 0}, 16, 1, 128).with(DType::f16).causal_mask());
+  v.push_back(Case::varlen({0, 33, 81}, {20, 0, 64}, 64, 1, 64).with(DType::bf16));
   return v;
 }
 

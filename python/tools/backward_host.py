@@ -15,8 +15,9 @@ return bounds it from above.
 
   python python/tools/backward_host.py [--seqlen 1024 --hdim 128 --causal] [--reps 50]
 """
-import argparse
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -24,6 +25,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn
 from flashattn import _C, _ops
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gap_timing import cell_args  # noqa: E402
 
 
 def host_us(fn, reps):
@@ -40,14 +44,8 @@ def host_us(fn, reps):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--seqlen", type=int, default=1024)
-    p.add_argument("--hdim", type=int, default=128)
-    p.add_argument("--causal", action="store_true")
-    p.add_argument("--reps", type=int, default=50)
-    a = p.parse_args()
-    s, d = a.seqlen, a.hdim
-    b, h = 16384 // s, 2048 // d
+    a = cell_args(__doc__, seqlen=1024, hdim=128, reps=50, lib=False, profile=False)
+    s, d, b, h = a.seqlen, a.hdim, a.batch, a.heads
     _C.set_poison_outputs(False)
     q, k, v, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))

@@ -6,17 +6,19 @@ import argparse
 import torch
 
 
-def cell_args(doc, seqlen, hdim, reps):
-    """--lib, --seqlen, --hdim, --causal, --reps, --profile; the grid's batch = 16k / seqlen and
-    heads = 2048 / hdim."""
+def cell_args(doc, seqlen, hdim, reps, lib=True, profile=True):
+    """--seqlen, --hdim, --causal, --reps, and --lib and --profile where asked for; the grid's batch =
+    16k / seqlen and heads = 2048 / hdim."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--lib", required=True, help="libflashattn_c.so")
+    if lib:
+        p.add_argument("--lib", required=True, help="libflashattn_c.so")
     p.add_argument("--seqlen", type=int, default=seqlen)
     p.add_argument("--hdim", type=int, default=hdim)
     p.add_argument("--causal", action="store_true")
     p.add_argument("--reps", type=int, default=reps)
-    p.add_argument("--profile", action="store_true",
-                   help="also profile 3 calls of each way: launch delay, kernels, CUDA API calls")
+    if profile:
+        p.add_argument("--profile", action="store_true",
+                       help="also profile 3 calls of each way: launch delay, kernels, CUDA API calls")
     a = p.parse_args()
     a.batch, a.heads = 16384 // a.seqlen, 2048 // a.hdim
     return a

@@ -33,7 +33,7 @@ __device__ __forceinline__ FwdBlockIndex fwd_block_index(const FwdKernelParams& 
 // enum: as a bool argument the kernel's PTX changed (branch polarity).
 enum class KeyBlockOrder : int { ascending, descending };
 
-FLASHATTN_HD KeyBlockOrder key_block_order(const BwdKernelParams& p) {
+__device__ __forceinline__ KeyBlockOrder key_block_order(const BwdKernelParams& p) {
   return p.deterministic && p.window_right >= 0 ? KeyBlockOrder::descending : KeyBlockOrder::ascending;
 }
 

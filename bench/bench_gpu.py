@@ -83,22 +83,53 @@ class Timer:
 
     def median_ms_each(self, fns, reps=30, warmup=5):
         """Median time of one call of each function. The calls are interleaved (rep r calls every
-        function once, in forward order on even reps and backward on odd ones), so clock and
-        temperature drift during a cell reaches every implementation alike instead of deciding a
-        ratio."""
+        function once, in the order balanced_orders gives), so clock and temperature drift during a
+        cell reaches every implementation alike instead of deciding a ratio, and so does whatever a
+        call leaves behind for the next one."""
         for fn in fns:
             for _ in range(warmup):
                 fn()
         self.sync()
         times = [[] for _ in fns]
-        for r in range(reps):
-            order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
-            for i in order:
+        orders = balanced_orders(len(fns))
+        for r in range(rounded_reps(reps, len(orders))):
+            for i in orders[r % len(orders)]:
                 times[i].append(self.one_call_ms(fns[i]))
         return [sorted(t)[len(t) // 2] for t in times]
 
     def median_ms(self, fn, reps=30):
         return self.median_ms_each([fn], reps)[0]
+
+
+def balanced_orders(n):
+    """Orders of n implementations, one per rep, in which each implementation follows every other
+    one equally often (a Williams design: the rows of a Latin square whose neighbours cover each
+    ordered pair once; for odd n the rows and their reversals).
+
+    Why it matters: a call inherits the state the one before it left. The autograd engine's device
+    thread runs every backward timed through torch.autograd.grad (flashattn-py, cuDNN, torch-flash)
+    and sleeps while a C-API row runs; woken after that longer sleep it reached our backward node
+    70-270 µs after the call instead of 50-110 (H200, 2026-12-02). With the old order (forward on
+    even reps, reversed on odd) flashattn-py always came right after the C-API row, so only it paid
+    that: 0 of 8 short backward cells at or above torch-flash with the C-API row in the run, 5 of 8
+    (the rest 0.96-0.99) without it, same build, same machine (docs/python.md)."""
+    if n == 0:
+        return [[]]
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:
+        if len(first) % 2:
+            first.append(low)
+            low += 1
+        else:
+            first.append(high)
+            high -= 1
+    rows = [[(i + k) % n for i in first] for k in range(n)]
+    return rows + [r[::-1] for r in rows] if n % 2 else rows
+
+
+def rounded_reps(reps, period):
+    """reps rounded up to a whole number of the balanced orders' rounds."""
+    return -(-reps // period) * period
 
 
 def warm_up_gpu(seconds=2.0):
@@ -446,11 +477,12 @@ def graph_timed(fn, calls=GRAPH_CALLS):
 
 
 def median_ms_interleaved(timers, replays=GRAPH_REPLAYS):
-    """Median per timer over `replays` rounds, each round timing every timer once (order alternating),
-    as Timer.median_ms_each."""
+    """Median per timer over `replays` rounds (rounded up to whole rounds of the orders), each round
+    timing every timer once in the balanced order, as Timer.median_ms_each."""
     times = [[] for _ in timers]
-    for r in range(replays):
-        for i in (range(len(timers)) if r % 2 == 0 else reversed(range(len(timers)))):
+    orders = balanced_orders(len(timers))
+    for r in range(rounded_reps(replays, len(orders))):
+        for i in orders[r % len(orders)]:
             times[i].append(timers[i]())
     return [statistics.median(t) for t in times]
 
@@ -789,7 +821,8 @@ def main():
               "date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "cudnn": torch.backends.cudnn.version() if device == "cuda" else None,
               "ceilings": ceilings(env.timer, 10) if device == "cuda" else {}, "rows": [],
-              "timing": "interleaved: each rep times one call of every implementation (order alternating), "
+              "timing": "interleaved: each rep times one call of every implementation (balanced orders: each follows "
+                        "every other equally often), "
                         "CUDA events around the call, median per implementation; 2 s GPU warm-up first"}
     for part, cells in plan:
         if part == "varlen" and cells:

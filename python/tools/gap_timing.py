@@ -2,8 +2,13 @@
 with the GPU idle before it (as the benchmark times), the ways of a cell timed interleaved, and the
 profile of a few calls of one way."""
 import argparse
+import os
+import sys
 
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from bench_gpu import balanced_orders, rounded_reps  # noqa: E402
 
 
 def cell_args(doc, seqlen, hdim, reps, lib=True, profile=True):
@@ -36,13 +41,14 @@ def timed(fn):
 
 
 def report_interleaved(ways, reps, flops, profile=False):
-    """Each way once to warm up, then reps rounds in alternating order; prints the median per way
+    """Each way once to warm up, then reps rounds in bench_gpu's balanced orders; prints the median per way
     (µs and TFLOP/s for `flops` per call) and, with profile, each way's profile_way."""
     for fn in ways.values():
         fn()
     times = {n: [] for n in ways}
-    for r in range(reps):
-        for n in (list(ways) if r % 2 == 0 else reversed(list(ways))):
+    names, orders = list(ways), balanced_orders(len(ways))
+    for r in range(rounded_reps(reps, len(orders))):
+        for n in (names[i] for i in orders[r % len(orders)]):
             times[n].append(timed(ways[n]))
     for n, t in times.items():
         ms = sorted(t)[len(t) // 2]

@@ -29,7 +29,9 @@ class FaArgs(ctypes.Structure):
         ("max_seqlen_q", ctypes.c_int64), ("max_seqlen_k", ctypes.c_int64),
         ("options", ctypes.POINTER(FaOptions)), ("deterministic", ctypes.c_int32), ("pad_", ctypes.c_int32),
         ("stream", ctypes.c_void_p), ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
-        ("path", ctypes.c_char_p), ("block_table", FaTensor)]  # fa_args_init fills all of flashattn_c.h's layout
+        ("path", ctypes.c_char_p), ("block_table", FaTensor),
+        ("zero_rows_outside_sequences", ctypes.c_int32), ("pad2_", ctypes.c_int32)]
+    # fa_args_init fills all of flashattn_c.h's layout: these fields must be all of it
 
 
 def _view(t):

@@ -241,6 +241,39 @@ TEST_P(Edge, NaNOutsideTheSequenceDoesNotLeak) {
   EXPECT_TRUE(all_finite("dv (sequence 0)", dv, k_rows, 64));
 }
 
+// The packed rows after the last sequence: never written (still the poison) unless the call asks
+// for zeros there, then 0 in out, dq, dk and dv -- and every sequence row still computed.
+TEST_P(Edge, VarlenRowsOutsideTheSequences) {
+  FA_REQUIRE_BACKEND(GetParam());
+  for (const bool zero : {false, true}) {
+    Rng rng;
+    const Case c = Case::varlen({37, 0, 21}, {45, 19, 0}, 2, 1, 64).causal_mask().extra(9);
+    Problem p = make_problem(zero ? c.zero_rows_outside() : c, rng);
+    FA_RUN_OR_SKIP(run_forward(GetParam(), p));
+    FA_RUN_OR_SKIP(run_backward(GetParam(), p));
+    const auto check = [&](const char* name, const HostTensor& t, int64_t first_outside, int64_t heads) {
+      for (int64_t row = 0; row < first_outside + 9; ++row) {
+        for (int64_t h = 0; h < heads; ++h) {
+          for (int64_t d = 0; d < 64; ++d) {
+            const double x = t.get({row, h, d});
+            if (row < first_outside) {
+              ASSERT_TRUE(std::isfinite(x)) << name << " row " << row << " h " << h << " d " << d;
+            } else if (zero) {
+              ASSERT_EQ(x, 0.0) << name << " outside, row " << row << " h " << h << " d " << d;
+            } else {
+              ASSERT_TRUE(std::isnan(x)) << name << " written outside, row " << row << " h " << h << " d " << d;
+            }
+          }
+        }
+      }
+    };
+    check("out", p.out, 58, 2);
+    check("dq", p.dq, 58, 2);
+    check("dk", p.dk, 64, 1);
+    check("dv", p.dv, 64, 1);
+  }
+}
+
 // Window sizes near 2^63 mean "unbounded" (validation clamps every window to the lengths): the
 // results equal the unbounded ones, forward and backward. Before, such a window overflowed the CPU
 // mask arithmetic: out = 0 and lse = +inf for (-1, max), dk = dv = 0 for (max, 0).

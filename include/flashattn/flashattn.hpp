@@ -118,6 +118,12 @@ struct AttentionArgs {
   std::string path = "auto";
 
   void* stream = nullptr;  // cudaStream_t for CUDA tensors; ignored on the CPU
+
+  // Varlen: also write 0 to the packed rows no sequence covers (rows before cu_seqlens[0] and from
+  // cu_seqlens[batch] on) of out (forward), dq, dk and dv (backward), read from the offsets where
+  // they live (on the GPU, without synchronizing). Off: those rows are never written, so whatever
+  // the caller keeps there survives the call.
+  bool zero_rows_outside_sequences = false;
 };
 
 struct ForwardArgs : AttentionArgs {

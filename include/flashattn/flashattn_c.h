@@ -55,6 +55,9 @@ typedef struct fa_args {
   const char* path;                       /* NULL or "auto": any kernel family; else its name */
   /* -- end of layout 2 (FA_ARGS_SIZE_V2) -- */
   fa_tensor block_table;                  /* int32 [batch, max_pages]: paged k, v (varlen forward only) */
+  /* -- end of layout 3 (FA_ARGS_SIZE_V3) -- */
+  int32_t zero_rows_outside_sequences;    /* varlen: != 0 writes 0 to the packed rows of no sequence */
+  int32_t pad2_;
 } fa_args;
 
 /* The KV-cache call (flashattn::KVCacheArgs, flash-attn's flash_attn_with_kvcache): q against a
@@ -81,6 +84,7 @@ typedef struct fa_kvcache_args {
 /* The smallest struct_size each struct accepts: its first layout. */
 #define FA_ARGS_SIZE_V1 offsetof(fa_args, path)
 #define FA_ARGS_SIZE_V2 offsetof(fa_args, block_table)
+#define FA_ARGS_SIZE_V3 offsetof(fa_args, zero_rows_outside_sequences)
 #define FA_OPTIONS_SIZE_V1 sizeof(fa_options)
 #define FA_KVCACHE_ARGS_SIZE_V1 offsetof(fa_kvcache_args, cache_leftpad)
 

@@ -14,7 +14,6 @@
 // are in Python (flashattn/_ops.py): they only compute shapes.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -179,21 +178,6 @@ Tensor empty(at::IntArrayRef shape, const Tensor& like, at::ScalarType dtype) {
   return t;
 }
 
-// A varlen output (out, dq, dk, dv) whose packed rows outside [cu_seqlens[0], cu_seqlens[-1]) --
-// rows of no sequence, which the kernels do not write -- are 0. Without the offsets' values (reading
-// them would synchronize with the GPU) that means zeros throughout; when outputs are poisoned the
-// rows the kernels must write stay NaN (a testing aid: it reads the offsets).
-Tensor rows(at::IntArrayRef shape, const Tensor& like, const OptTensor& cu_seqlens) {
-  if (!g_poison_outputs.load(std::memory_order_relaxed) || !cu_seqlens || cu_seqlens->numel() == 0)
-    return at::zeros(shape, like.options());
-  Tensor t = empty(shape, like, like.scalar_type());
-  const int64_t first = std::max<int64_t>(0, (*cu_seqlens)[0].item<int64_t>());
-  const int64_t last = std::max<int64_t>(0, (*cu_seqlens)[-1].item<int64_t>());
-  t.narrow(0, 0, std::min(first, t.size(0))).zero_();
-  if (last < t.size(0)) t.narrow(0, last, t.size(0) - last).zero_();
-  return t;
-}
-
 // The LSE output when the caller wants it; else an empty tensor in its place, and the kernels write
 // none (inference that does not ask for it: one allocation fewer before the launch).
 Tensor lse_output(bool wanted, at::IntArrayRef shape, const Tensor& like) {
@@ -231,6 +215,9 @@ void fill(AttentionArgs* a, const Tensor& q, const Tensor& k, const Tensor& v, c
   a->max_seqlen_k = c.max_seqlen_k;
   a->options = c.options;
   a->path = c.path;
+  // Varlen outputs (out, dq, dk, dv) are 0 in the packed rows of no sequence, which the kernels do
+  // not write: the library zeroes just those rows on the device after its kernels.
+  a->zero_rows_outside_sequences = true;
   // CUDA kernels run on the current stream of q's device (made current by the caller's guard).
   if (q.is_cuda()) a->stream = c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(q.device()).native_handle();
 }
@@ -287,7 +274,7 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q_in, const Tensor& k_in, const Ten
   const Call c = make_call(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                            window_left, window_right, softcap, path);
   const OptTensor block_table = offsets(block_table_in);  // read as a plain int32 array
-  Tensor out = varlen ? rows(out_shape(q, v), q, c.cu_seqlens_q) : empty(out_shape(q, v), q, q.scalar_type());
+  Tensor out = empty(out_shape(q, v), q, q.scalar_type());
   Tensor lse = lse_output(return_lse, lse_shape(q, varlen), q);
   ForwardArgs a;
   fill(&a, q, k, v, c);
@@ -304,7 +291,7 @@ std::tuple<Tensor, Tensor, Tensor> bwd(const Tensor& dout_in, const Tensor& q_in
                                        int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal,
                                        int64_t window_left, int64_t window_right, double softcap, bool deterministic,
                                        c10::string_view path) {
-  const bool varlen = check_inputs(q_in, k_in, v_in, cu_seqlens_q, cu_seqlens_k);
+  check_inputs(q_in, k_in, v_in, cu_seqlens_q, cu_seqlens_k);
   check_device("out", out_in, q_in);
   check_device("lse", lse_in, q_in);
   check_device("dout", dout_in, q_in);
@@ -313,10 +300,9 @@ std::tuple<Tensor, Tensor, Tensor> bwd(const Tensor& dout_in, const Tensor& q_in
   const Tensor lse = lse_in.dim() > 0 && lse_in.size(-1) > 1 && lse_in.stride(-1) != 1 ? lse_in.contiguous() : lse_in;
   const Call c = make_call(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                            window_left, window_right, softcap, path);
-  // Varlen: rows outside the sequences are 0 in the gradients, as in out.
-  Tensor dq = varlen ? rows(q.sizes(), q, c.cu_seqlens_q) : empty(q.sizes(), q, q.scalar_type());
-  Tensor dk = varlen ? rows(k.sizes(), k, c.cu_seqlens_k) : empty(k.sizes(), k, k.scalar_type());
-  Tensor dv = varlen ? rows(v.sizes(), v, c.cu_seqlens_k) : empty(v.sizes(), v, v.scalar_type());
+  Tensor dq = empty(q.sizes(), q, q.scalar_type());
+  Tensor dk = empty(k.sizes(), k, k.scalar_type());
+  Tensor dv = empty(v.sizes(), v, v.scalar_type());
   BackwardArgs a;
   fill(&a, q, k, v, c);
   a.out = view_of("out", out);

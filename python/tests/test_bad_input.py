@@ -3,6 +3,7 @@
 varlen rows that belong to no sequence are 0 in out and in the gradients."""
 import pytest
 import torch
+from conftest import DEVICE_DTYPES
 
 from flashattn import (InvalidArgumentError, NotSupportedError, flash_attn_func, flash_attn_kvpacked_func,
                        flash_attn_qkvpacked_func, flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
@@ -119,17 +120,21 @@ def test_max_seqlen_of_a_wrong_type():
                                flash_attn_varlen_func(q, k, v, cu, cu, 8, 8), atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_varlen_rows_outside_the_sequences_are_zero(dtype):  # D7
+@pytest.mark.parametrize("device,dtype", DEVICE_DTYPES)
+@pytest.mark.parametrize("offsets", [[2, 6, 11], [0, 5, 16], [0, 16], [3, 3], [4, 4, 9]],
+                         ids=["both-ends", "none", "one-sequence", "no-rows", "empty-sequence"])
+def test_varlen_rows_outside_the_sequences_are_zero(device, dtype, offsets):  # D7
     """Rows before the first and after the last sequence belong to none: 0 in out and in the
-    gradients (under FLASHATTN_POISON, which the suite sets, they were NaN)."""
+    gradients, written by the library from the offsets on the device (under FLASHATTN_POISON, which
+    the suite sets, they start as NaN), every other row computed."""
     torch.manual_seed(0)
-    total, h, d = 16, 2, 16
-    q, k, v = (torch.randn(total, h, d, dtype=dtype, requires_grad=True) for _ in range(3))
-    cu = torch.tensor([2, 6, 11], dtype=torch.int32)  # rows 0-1 and 11-15 are in no sequence
-    out = flash_attn_varlen_func(q, k, v, cu, cu, 5, 5, causal=True)
+    total, h, d = 16, 2, 64
+    q, k, v = (torch.randn(total, h, d, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    cu = torch.tensor(offsets, dtype=torch.int32, device=device)
+    longest = max(b - a for a, b in zip(offsets, offsets[1:]))
+    out = flash_attn_varlen_func(q, k, v, cu, cu, longest, longest, causal=True)
     out.backward(torch.randn_like(out))
-    outside = torch.tensor([True] * 2 + [False] * 9 + [True] * 5)
+    outside = torch.tensor([not offsets[0] <= r < offsets[-1] for r in range(total)], device=device)
     for name, t in (("out", out), ("q.grad", q.grad), ("k.grad", k.grad), ("v.grad", v.grad)):
         assert torch.all(t[outside] == 0), name
         assert torch.isfinite(t[~outside]).all(), name

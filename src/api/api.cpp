@@ -2,9 +2,11 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <type_traits>
 
 #include "api/select.hpp"
 #include "api/validate.hpp"
+#include "cpu/cpu_backend.hpp"
 #include "cuda/cuda_backend.hpp"
 
 namespace flashattn {
@@ -103,6 +105,39 @@ Status provide_workspace(const Args& args, const Plan& plan, Params* params) {
   return Status::success();
 }
 
+// A packed output's rows as PackedRows (strides in bytes).
+PackedRows packed(const FwdParams& p, void* base, int64_t row_stride, int64_t head_stride, int64_t heads,
+                  int64_t width, const int32_t* cu_seqlens, int64_t total) {
+  const auto bytes = static_cast<int64_t>(element_size(p.dtype));
+  return {base, row_stride * bytes, head_stride * bytes, heads, width * bytes, cu_seqlens, p.batch, total};
+}
+
+int packed_outputs(const FwdParams& p, PackedRows* rows) {
+  rows[0] = packed(p, p.out, p.o_row_stride, p.o_head_stride, p.heads_q, p.hdim_v, p.cu_seqlens_q, p.total_q);
+  return 1;
+}
+
+int packed_outputs(const BwdParams& p, PackedRows* rows) {
+  rows[0] = packed(p, p.dq, p.dq_row_stride, p.dq_head_stride, p.heads_q, p.hdim_qk, p.cu_seqlens_q, p.total_q);
+  rows[1] = packed(p, p.dk, p.dk_row_stride, p.dk_head_stride, p.heads_kv, p.hdim_qk, p.cu_seqlens_k, p.total_k);
+  rows[2] = packed(p, p.dv, p.dv_row_stride, p.dv_head_stride, p.heads_kv, p.hdim_v, p.cu_seqlens_k, p.total_k);
+  return 3;
+}
+
+// After the run, on its stream: the rows no sequence covers, when the caller asked for zeros there.
+template <class Params>
+Status zero_rows_outside_sequences(const Params& p) {
+  if constexpr (std::is_same_v<Params, KVCacheParams>) {
+    return Status::success();
+  } else {
+    if (!p.zero_rows_outside_sequences) return Status::success();
+    PackedRows rows[kMaxPackedOutputs];
+    const int count = packed_outputs(p, rows);
+    return p.device == Device::cuda ? cuda::zero_rows_outside(rows, count, p.stream)
+                                    : cpu::zero_rows_outside(rows, count);
+  }
+}
+
 template <class Args, class Params>
 Status run(const Args& args) try {
   Params params;
@@ -126,7 +161,8 @@ Status run(const Args& args) try {
                            plan.family->name + " kernels need");
   }
   const Direction<Params>& d = direction_of<Params>(*plan.family);
-  return d.run(plan, params);
+  status = d.run(plan, params);
+  return status.ok() ? zero_rows_outside_sequences(params) : status;
 } catch (const std::exception& e) {
   return {StatusCode::internal, std::string("internal error: ") + e.what()};
 } catch (...) {

@@ -76,6 +76,7 @@ Status common_args(const fa_args* user, fa_args* a, AttentionArgs* c) {
   FLASHATTN_TRY(options_of(a->options, &c->options));
   c->path = a->path != nullptr ? a->path : "auto";
   c->stream = a->stream;
+  c->zero_rows_outside_sequences = a->zero_rows_outside_sequences != 0;
   return Status::success();
 }
 

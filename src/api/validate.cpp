@@ -385,6 +385,7 @@ Status common_params(const AttentionArgs& a, FwdParams* p) {
 
   FLASHATTN_TRY(normalized_options(a.options, p));
   p->stream = a.stream;
+  p->zero_rows_outside_sequences = a.zero_rows_outside_sequences && p->is_varlen();
   return Status::success();
 }
 

@@ -10,6 +10,7 @@
 // lse / D (fp32): lse + b * lse_batch_stride + h * lse_head_stride + row_offset_q(b) + row.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "flashattn/flashattn.hpp"
@@ -77,11 +78,25 @@ struct FwdParams {
   void* stream = nullptr;
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
+  bool zero_rows_outside_sequences = false;  // varlen only (see AttentionArgs)
 
   bool is_varlen() const { return cu_seqlens_q != nullptr; }
   bool is_paged() const { return block_table != nullptr; }
   int64_t group_size() const { return heads_q / heads_kv; }  // query heads per kv head
 };
+
+// One packed (varlen) output's rows that no sequence covers: [0, cu_seqlens[0]) and
+// [cu_seqlens[batch], total), each `heads` runs of row_bytes bytes at
+// base + row * row_stride + h * head_stride (strides in bytes). The offsets are read where they
+// live and clamped to [0, total], so bad offsets never move a write outside the tensor.
+struct PackedRows {
+  void* base = nullptr;
+  int64_t row_stride = 0, head_stride = 0;
+  int64_t heads = 0, row_bytes = 0;
+  const int32_t* cu_seqlens = nullptr;
+  int64_t batch = 0, total = 0;
+};
+inline constexpr int kMaxPackedOutputs = 3;  // dq, dk, dv
 
 struct BwdParams : FwdParams {
   const void* dout = nullptr;

@@ -14,5 +14,7 @@ Status backward(const BwdParams& params);
 // The KV-cache call (kvcache.cpp): append, rotate, attend; its workspace is the rotated q.
 Status kvcache(const KVCacheParams& params);
 std::size_t kvcache_workspace_bytes(const KVCacheParams& params);
+// Writes 0 to the rows of `count` packed outputs that no sequence covers (params.hpp's PackedRows).
+Status zero_rows_outside(const PackedRows* rows, int count);
 
 }  // namespace flashattn::cpu

@@ -14,6 +14,10 @@ const Family& sm80_family();
 // Hopper (sm_90a: TMA, mbarrier, wgmma): compute capability 9.0 only; forward only so far.
 const Family& sm90_family();
 
+// Writes 0 to the rows of `count` packed outputs that no sequence covers (params.hpp's PackedRows),
+// on `stream` (a cudaStream_t), reading the offsets on the device.
+Status zero_rows_outside(const PackedRows* rows, int count, void* stream);
+
 // The KV-cache call (split-KV decode over contiguous or paged caches): sm_80 and later; only the
 // kvcache direction.
 const Family& decode_family();

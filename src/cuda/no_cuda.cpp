@@ -17,6 +17,10 @@ Status never_run(const Plan&, const Params&) {
 
 bool device_available() { return false; }
 
+Status zero_rows_outside(const PackedRows*, int, void*) {
+  return Status::unsupported("device: cuda tensors given, but flashattn was built without CUDA");
+}
+
 const Family& sm80_family() {
   static const Family kSm80{"sm80", Device::cuda, {no_cuda<FwdParams>, never_run<FwdParams>},
                             {no_cuda<BwdParams>, never_run<BwdParams>}, {}};

@@ -31,6 +31,7 @@ struct Problem {
   int varlen_pad = 0;   // varlen: packed rows of no sequence before cu_seqlens[0] and after cu_seqlens[batch],
                         // NaN in q, k and v; the output rows (and lse entries) there must stay NaN
   bool no_workspace = false;  // pass none where the plan's is optional (sm90: one CTA per tile then)
+  bool zero_outside = false;  // zero_rows_outside_sequences: those output rows must be 0 (lse still NaN)
 };
 
 // Float64 attention of one (sequence, head); rows with no visible key: out 0, lse +inf.
@@ -141,6 +142,7 @@ void run_and_check(const Problem& p, const char* path = "sm80") {
   a.options.window_right = p.right;
   a.options.softcap = p.softcap;
   a.path = path;
+  a.zero_rows_outside_sequences = p.zero_outside;
   const flashattn::Status sup = flashattn::supports(a);
   if (sup.code == flashattn::StatusCode::not_supported && sup.message.find("FLASHATTN_HEADDIMS") != std::string::npos) {
     GTEST_SKIP() << sup.message;  // this build did not compile the head dim
@@ -179,14 +181,15 @@ void run_and_check(const Problem& p, const char* path = "sm80") {
       }
     }
   }
-  // Varlen: the packed rows of no sequence are never written.
+  // Varlen: the packed rows of no sequence are never written (out: 0 when asked for).
+  const uint16_t outside = p.zero_outside ? 0 : 0x7fc1;
   for (int row = 0; row < tq; ++row) {
     if (!varlen || (row >= cu_q.front() && row < cu_q.back())) continue;
     for (int h = 0; h < p.h; ++h) {
       ASSERT_TRUE(std::isnan(lse[size_t(h) * tq + row])) << "lse written outside the sequences: row " << row << " h " << h;
       for (int c = 0; c < p.dv; ++c) {
-        ASSERT_EQ(out[(size_t(row) * p.h + h) * p.dv + c], 0x7fc1)
-            << "out written outside the sequences: row " << row << " h " << h << " col " << c;
+        ASSERT_EQ(out[(size_t(row) * p.h + h) * p.dv + c], outside)
+            << "out outside the sequences: row " << row << " h " << h << " col " << c;
       }
     }
   }
@@ -235,6 +238,17 @@ TEST(CudaFwdSmall, VarlenNanOutsideSequences) {
   p.sk = 300;
   p.d = p.dv = 128;
   p.varlen_pad = 5;
+  run_and_check(p);
+}
+TEST(CudaFwdSmall, VarlenZeroOutsideSequences) {
+  Problem p;
+  p.batch = 3;
+  p.lens_q = {77, 0, 45};
+  p.lens_k = {93, 17, 30};
+  p.sq = 77;
+  p.sk = 93;
+  p.varlen_pad = 5;
+  p.zero_outside = true;
   run_and_check(p);
 }
 TEST(CudaFwdSmall, NoKeys) {
@@ -424,6 +438,12 @@ TEST(CudaFwdSm90, VarlenWindowSoftcapHdim256Mqa) {
   p.left = 50;
   p.right = 10;
   p.softcap = 5.f;
+  run_sm90(p);
+}
+TEST(CudaFwdSm90, VarlenZeroOutsideSequences) {
+  Problem p = varlen_problem(128);
+  p.causal = true;
+  p.zero_outside = true;
   run_sm90(p);
 }
 // Every sequence empty on the query side, or on the key side: nothing written / out 0, lse +inf.

@@ -78,6 +78,7 @@ std::string Case::name() const {
   if (strides != Strides::contiguous) n << "_" << fa_test::to_string(strides);
   if (deterministic) n << "_det";
   if (!with_lse) n << "_nolse";
+  if (zero_outside) n << "_zero_outside";
   if (sample_q || sample_k) n << "_sampled";
   if (page_size) n << "_page" << page_size;
   if (input_stddev != 1.0) n << "_sd" << number(input_stddev);
@@ -199,6 +200,7 @@ void fill_attention(const Problem& p, DeviceMirror& m, AttentionArgs* a) {
   a->options.window_left = c.window_left;
   a->options.window_right = c.window_right;
   a->options.softcap = c.softcap;
+  a->zero_rows_outside_sequences = c.zero_outside;
 }
 
 }  // namespace

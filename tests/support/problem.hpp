@@ -38,6 +38,7 @@ struct Case {
   std::optional<float> softmax_scale;
   bool deterministic = false;
   bool with_lse = true;              // the forward writes lse (the backward always needs it)
+  bool zero_outside = false;         // varlen: zero_rows_outside_sequences (else those rows stay poisoned)
   int64_t sample_q = 0, sample_k = 0;  // compare on this many sampled rows (0: all rows)
   double input_stddev = 1.0;
 
@@ -53,6 +54,7 @@ struct Case {
   Case scale(float s) const { Case c = *this; c.softmax_scale = s; return c; }
   Case det() const { Case c = *this; c.deterministic = true; return c; }
   Case no_lse() const { Case c = *this; c.with_lse = false; return c; }
+  Case zero_rows_outside() const { Case c = *this; c.zero_outside = true; return c; }
   Case extra(int64_t rows) const { Case c = *this; c.extra_rows = rows; return c; }
   Case paged(int64_t page) const { Case c = *this; c.page_size = page; return c; }
   Case sample(int64_t q_rows, int64_t k_rows) const { Case c = *this; c.sample_q = q_rows; c.sample_k = k_rows; return c; }

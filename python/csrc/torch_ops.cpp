@@ -459,6 +459,11 @@ class Attention : public torch::autograd::Function<Attention> {
     const variable_list saved = ctx->get_saved_variables();
     const auto& d = ctx->saved_data;
     const auto optional = [](const Tensor& t) { return t.defined() ? OptTensor(t) : std::nullopt; };
+    // Straight to the device kernel unless a graph of the backward is being recorded (create_graph):
+    // bwd has no autograd kernel, and the dispatcher's autograd fallback boxes all 17 arguments to
+    // find that out, on the engine's device thread, before the first launch.
+    std::optional<at::AutoDispatchBelowADInplaceOrView> below_autograd;
+    if (!at::GradMode::is_enabled()) below_autograd.emplace();
     auto [dq, dk, dv] =
         bwd_op().call(grads[0], saved[0], saved[1], saved[2], saved[3], saved[4], optional(saved[5]),
                       optional(saved[6]), d.at("max_seqlen_q").toSymInt(), d.at("max_seqlen_k").toSymInt(),

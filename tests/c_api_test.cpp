@@ -190,6 +190,36 @@ TEST_F(CApi, PagedForward) {
   EXPECT_NE(std::strstr(msg, "block_table"), nullptr) << msg;
 }
 
+// fa_args.zero_rows_outside_sequences (layout 4): the packed rows after the last sequence come back
+// 0 in out, dq, dk and dv; a layout-3 caller, whose struct ends before the field, leaves them
+// untouched (still the poison) even with the bytes beyond its struct set.
+TEST_F(CApi, ZeroRowsOutsideSequences) {
+  Rng rng;
+  Problem pe = make_problem(p.c.extra(4), rng);
+  for (const bool layout4 : {true, false}) {
+    fa_args a = args_to_c(pe.backward_args(host), &options);
+    a.zero_rows_outside_sequences = 1;
+    if (!layout4) a.struct_size = FA_ARGS_SIZE_V3;
+    for (HostTensor* t : {&pe.out, &pe.lse, &pe.dq, &pe.dk, &pe.dv}) t->poison();
+    ASSERT_EQ(fa_forward(&a, msg, sizeof msg), 0) << msg;
+    ASSERT_EQ(fa_backward(&a, msg, sizeof msg), 0) << msg;
+    const auto expect_rows = [&](const char* name, const HostTensor& t, int64_t first, int64_t heads) {
+      for (int64_t row = first; row < first + 4; ++row) {
+        for (int64_t h = 0; h < heads; ++h) {
+          for (int64_t d = 0; d < 64; ++d) {
+            const double x = t.get({row, h, d});
+            ASSERT_TRUE(layout4 ? x == 0.0 : std::isnan(x)) << name << " row " << row << " h " << h << ": " << x;
+          }
+        }
+      }
+    };
+    expect_rows("out", pe.out, 29, 4);
+    expect_rows("dq", pe.dq, 29, 4);
+    expect_rows("dk", pe.dk, 34, 2);
+    expect_rows("dv", pe.dv, 34, 2);
+  }
+}
+
 // A newer caller's larger struct is accepted while the fields this library does not know are zero,
 // refused by name when one is set; a struct_size below the first layout (unset) is refused.
 TEST_F(CApi, StructSizeIsChecked) {

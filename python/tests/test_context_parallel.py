@@ -228,5 +228,7 @@ def test_bad_inputs(world_of_one):
         ring_attention(q[0], k, v)
     with pytest.raises(NotImplementedError, match="window_size"):
         ring_attention(q, k, v, window_size=(4, 0))
+    with pytest.raises(TypeError, match=r"unknown score options \['softmax_scal'\]"):
+        ring_attention(q, k, v, softmax_scal=0.1)
     other = dist.new_group([0])
     assert ring_attention(q, k, v, group=other).shape == q.shape  # a group other than the default works

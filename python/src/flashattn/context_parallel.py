@@ -35,7 +35,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import _ops
-from .interface import _flag, _pad_head_dim, _real
+from .interface import _flag, _pad_head_dim, _score_options_by_name, _with_mask
 
 __all__ = ["ring_attention", "zigzag_shard", "zigzag_unshard"]
 
@@ -162,16 +162,17 @@ def _merge(out: Tensor, lse: Tensor, rows: slice, block_out: Tensor, block_lse: 
 class _RingAttention(torch.autograd.Function):
 
     @staticmethod
-    def forward(ctx, q, k, v, softmax_scale, causal, softcap, deterministic, path, ring):
-        seqlen = q.shape[1]
+    def forward(ctx, q, k, v, options, deterministic, path, ring):
+        """options: _score_options' tuple for the whole sequence; each block's call gets it whole,
+        with the block's own mask (_visible)."""
+        causal, seqlen = options[1], q.shape[1]
         out = lse = None
         kv = (k, v)
         for step in range(ring.world):
             arriving = ring.pass_on(kv) if step + 1 < ring.world else None
             rows, keys, block_causal = _visible(ring, step, causal, seqlen)
             block_out, block_lse = _ops.attention(q[:, rows], kv[0][:, keys], kv[1][:, keys], None, None, 0, 0,
-                                                  softmax_scale, block_causal, -1, 0 if block_causal else -1,
-                                                  softcap, deterministic, path)
+                                                  *_with_mask(options, block_causal), deterministic, path)
             if out is None:  # step 0 sees every row (its own block): it starts the running sums
                 out, lse = block_out.float(), block_lse.float().contiguous()
             else:
@@ -180,7 +181,7 @@ class _RingAttention(torch.autograd.Function):
                 kv = tuple(arriving.wait())
         out = out.to(q.dtype)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.options = (softmax_scale, causal, softcap, deterministic, path, ring)
+        ctx.options = (options, deterministic, path, ring)
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -190,8 +191,8 @@ class _RingAttention(torch.autograd.Function):
         probabilities exp(s − lse) (exact, not the block's own softmax) and D = rowsum(dout∘out)
         of the full row, so its dq, dk, dv are exactly that block's share of the gradients."""
         q, k, v, out, lse = ctx.saved_tensors
-        softmax_scale, causal, softcap, deterministic, path, ring = ctx.options
-        seqlen = q.shape[1]
+        options, deterministic, path, ring = ctx.options
+        causal, seqlen = options[1], q.shape[1]
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         kv = (k, v)
         dkv = None            # the fp32 dK/dV accumulators of the block held, travelling with it
@@ -200,9 +201,8 @@ class _RingAttention(torch.autograd.Function):
             kv_arriving = ring.pass_on(kv) if step + 1 < ring.world else None
             rows, keys, block_causal = _visible(ring, step, causal, seqlen)
             block_dq, block_dk, block_dv = _ops.bwd(dout[:, rows], q[:, rows], kv[0][:, keys], kv[1][:, keys],
-                                                    out[:, rows], lse[:, :, rows], None, None, 0, 0, softmax_scale,
-                                                    block_causal, -1, 0 if block_causal else -1, softcap,
-                                                    deterministic, path)
+                                                    out[:, rows], lse[:, :, rows], None, None, 0, 0,
+                                                    *_with_mask(options, block_causal), deterministic, path)
             dq[:, rows] += block_dq
             if dkv_arriving is not None:
                 dkv = dkv_arriving.wait()
@@ -215,7 +215,7 @@ class _RingAttention(torch.autograd.Function):
             if kv_arriving is not None:
                 kv = tuple(kv_arriving.wait())
         dk, dv = dkv_arriving.wait() if ring.world > 1 else dkv
-        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None, None, None
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None
 
 
 # ---- the public function ------------------------------------------------------------------------
@@ -253,9 +253,8 @@ def _check_shards(q, k, v, causal: bool) -> None:
                              f"equal chunks per rank (the full seqlen divisible by 2·world: zigzag_shard)")
 
 
-def ring_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, softmax_scale: Optional[float] = None,
-                   window_size=(-1, -1), softcap: float = 0.0, deterministic: bool = False, return_lse: bool = False,
-                   group=None, path: str = "auto"):
+def ring_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, *, deterministic: bool = False,
+                   return_lse: bool = False, group=None, path: str = "auto", **score_options):
     """Exact attention softmax(q kᵀ · softmax_scale) v over one sequence sharded across the ranks of
     `group` (default: the default process group), by ring attention. Every rank of the group calls it
     with its shards, all of the same shape; differentiable in q, k, v.
@@ -266,13 +265,13 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, softma
             multiple of heads_kv (GQA/MQA).
         causal: the causal mask over the whole sequence. q, k, v must then be sharded in the zigzag
             layout (zigzag_shard; seqlen divisible by 2·world), and seqlen_q = seqlen_k.
-        softmax_scale: default 1 / sqrt(headdim).
-        window_size: must be (-1, -1): sliding windows are not supported (NotImplementedError).
-        softcap: > 0 applies softcap · tanh(scores / softcap) before the softmax.
         deterministic: the per-block backward's deterministic mode (the ring's order is fixed).
         return_lse: also return the log-sum-exp (batch, heads, seqlen_q / world), fp32.
         group: the torch.distributed process group over which the sequence is sharded.
         path: the kernel family of the per-block calls (flashattn.families()).
+        score_options: flash_attn_func's score options by name, with its defaults, passed on whole to
+            every block's call; window_size must be (-1, -1) (sliding windows across shards are not
+            supported: NotImplementedError).
     Returns:
         out (batch, seqlen_q / world, heads, headdim_v), this rank's rows, in q's layout; with
         return_lse, (out, lse).
@@ -280,18 +279,18 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, softma
     causal = _flag("causal", causal)
     _check_shards(q, k, v, causal)
     group = _process_group(group)
+    window_size = score_options.get("window_size", (-1, -1))
     if tuple(window_size) != (-1, -1):
         raise NotImplementedError(f"flashattn: window_size = {tuple(window_size)} is not supported by ring_attention "
                                   f"(sliding windows across shards); pass (-1, -1)")
-    hdim, hdim_v = q.shape[-1], v.shape[-1]
-    scale = (hdim ** -0.5 if hdim > 0 else 1.0) if softmax_scale is None else _real("softmax_scale", softmax_scale)
-    softcap = _real("softcap", softcap)
+    options = _score_options_by_name(q.shape[-1], causal=causal, **score_options)
     deterministic = _flag("deterministic", deterministic)
     if type(path) is not str:
         raise TypeError(f"flashattn: path must be a str, got {type(path).__name__} {path!r}")
+    hdim_v = v.shape[-1]
     # Padding the head dims to the kernels' multiple outside the Function: autograd slices the gradients.
-    out, lse = _RingAttention.apply(_pad_head_dim(q), _pad_head_dim(k), _pad_head_dim(v), scale, causal, softcap,
-                                    deterministic, path, _Ring(group))
+    out, lse = _RingAttention.apply(_pad_head_dim(q), _pad_head_dim(k), _pad_head_dim(v), options, deterministic,
+                                    path, _Ring(group))
     if out.shape[-1] != hdim_v:
         out = out[..., :hdim_v]
     return (out, lse) if return_lse else out

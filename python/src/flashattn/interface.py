@@ -99,6 +99,43 @@ def _window(window_size, causal: bool) -> Tuple[int, int]:
     return left, 0 if causal else right
 
 
+def _score_options(hdim_qk: int, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0) -> tuple:
+    """(softmax_scale, causal, window_left, window_right, softcap): the score-level options checked
+    and normalized, in the order the operators (fwd, bwd, kvcache) take them, so that every caller
+    passes them on whole. A head dim of 0 gets a placeholder scale: the library refuses the call by
+    hdim's value."""
+    if (softmax_scale is None and type(causal) is bool and type(softcap) is float and window_size == (-1, -1)
+            and hdim_qk > 0):
+        return hdim_qk ** -0.5, causal, -1, 0 if causal else -1, softcap  # the usual call, decided at once
+    if softmax_scale is None:
+        scale = hdim_qk ** -0.5 if hdim_qk > 0 else 1.0
+    else:
+        scale = _real("softmax_scale", softmax_scale)
+    causal = _flag("causal", causal)
+    window_left, window_right = _window(window_size, causal)
+    softcap = softcap if type(softcap) is float else _real("softcap", softcap)
+    return scale, causal, window_left, window_right, softcap
+
+
+def _score_options_by_name(hdim_qk: int, **options) -> tuple:
+    """_score_options from keyword arguments (a caller that passes flash_attn_func's score options on
+    without naming them), refusing a name it does not take."""
+    unknown = set(options) - _SCORE_OPTION_NAMES
+    if unknown:
+        raise TypeError(f"flashattn: unknown score options {sorted(unknown)}; flash_attn_func's are "
+                        f"{sorted(_SCORE_OPTION_NAMES)}")
+    return _score_options(hdim_qk, **options)
+
+
+_SCORE_OPTION_NAMES = frozenset(("softmax_scale", "causal", "window_size", "softcap"))
+
+
+def _with_mask(options: tuple, causal: bool) -> tuple:
+    """The options of _score_options with the mask replaced by `causal` (no window): for calls on
+    blocks of a sequence whose mask the caller works out per block (ring attention)."""
+    return (options[0], causal, -1, 0 if causal else -1) + options[4:]
+
+
 def _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table=None) -> None:
     """q, k, v are tensors of the layout's rank (checked before their shapes are read; paged k, v:
     rank 4); cu_seqlens and block_table int32."""
@@ -143,15 +180,8 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
                window_size, softcap, alibi_slopes, deterministic, return_attn_probs, path, block_table=None):
     _refuse_unsupported(dropout_p, alibi_slopes)
     _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table)
-    hdim_qk, hdim_v = q.shape[-1], v.shape[-1]
-    if softmax_scale is None:
-        # A head dim of 0 gets a placeholder scale: the library refuses the call by hdim's value.
-        scale = hdim_qk ** -0.5 if hdim_qk > 0 else 1.0
-    else:
-        scale = _real("softmax_scale", softmax_scale)
-    causal = _flag("causal", causal)
-    window_left, window_right = _window(window_size, causal)
-    softcap = softcap if type(softcap) is float else _real("softcap", softcap)
+    hdim_v = v.shape[-1]
+    options = _score_options(q.shape[-1], softmax_scale, causal, window_size, softcap)
     deterministic = _flag("deterministic", deterministic)
     return_attn_probs = _flag("return_attn_probs", return_attn_probs)
     if type(path) is not str:
@@ -160,8 +190,8 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         max_seqlen_q, max_seqlen_k = _integer("max_seqlen_q", max_seqlen_q), _integer("max_seqlen_k", max_seqlen_k)
     # The LSE only when asked for (or when autograd keeps it for the backward): inference skips it.
     out, lse = _ops.attention(_pad_head_dim(q), _pad_head_dim(k), _pad_head_dim(v), cu_seqlens_q, cu_seqlens_k,
-                              max_seqlen_q, max_seqlen_k, scale, causal, window_left, window_right,
-                              softcap, deterministic, path, block_table, return_attn_probs)
+                              max_seqlen_q, max_seqlen_k, *options, deterministic, path, block_table,
+                              return_attn_probs)
     if out.shape[-1] != hdim_v:
         out = out[..., :hdim_v]
     # flash-attn returns (out, softmax_lse, S_dmask); S_dmask exists only with dropout, so it is None.
@@ -309,20 +339,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if not isinstance(t, Tensor):
             raise TypeError(f"flashattn: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if softmax_scale is None:
-        hdim = q.shape[-1] if q.dim() > 0 else 0
-        scale = hdim ** -0.5 if hdim > 0 else 1.0
-    else:
-        scale = _real("softmax_scale", softmax_scale)
-    causal = _flag("causal", causal)
-    window_left, window_right = _window(window_size, causal)
-    softcap = _real("softcap", softcap)
+    options = _score_options(q.shape[-1] if q.dim() > 0 else 0, softmax_scale, causal, window_size, softcap)
     rotary_interleaved = _flag("rotary_interleaved", rotary_interleaved)
     return_softmax_lse = _flag("return_softmax_lse", return_softmax_lse)
     num_splits = _integer("num_splits", num_splits)
     if type(path) is not str:
         raise TypeError(f"flashattn: path must be a str, got {type(path).__name__} {path!r}")
     out, lse = _ops.kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, _cache_seqlens(cache_seqlens, q),
-                            cache_batch_idx, block_table, scale, causal, window_left, window_right, softcap,
-                            rotary_interleaved, num_splits, path, cache_leftpad, return_softmax_lse)
+                            cache_batch_idx, block_table, *options, rotary_interleaved, num_splits, path,
+                            cache_leftpad, return_softmax_lse)
     return (out, lse) if return_softmax_lse else out

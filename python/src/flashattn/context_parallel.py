@@ -35,7 +35,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import _ops
-from .interface import _flag, _pad_head_dim, _score_options_by_name, _with_mask
+from .interface import _flag, _pad_head_dims, _padded, _score_options_by_name, _with_mask
 
 __all__ = ["ring_attention", "zigzag_shard", "zigzag_unshard"]
 
@@ -283,14 +283,13 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, *, det
     if tuple(window_size) != (-1, -1):
         raise NotImplementedError(f"flashattn: window_size = {tuple(window_size)} is not supported by ring_attention "
                                   f"(sliding windows across shards); pass (-1, -1)")
-    options = _score_options_by_name(q.shape[-1], causal=causal, **score_options)
+    # Padding the head dims to the kernels' multiple outside the Function: autograd slices the gradients.
+    q, k, v, hdim_qk, hdim_v = _pad_head_dims(q, k, v)
+    options = _score_options_by_name(hdim_qk, causal=causal, **score_options)
     deterministic = _flag("deterministic", deterministic)
     if type(path) is not str:
         raise TypeError(f"flashattn: path must be a str, got {type(path).__name__} {path!r}")
-    hdim_v = v.shape[-1]
-    # Padding the head dims to the kernels' multiple outside the Function: autograd slices the gradients.
-    out, lse = _RingAttention.apply(_pad_head_dim(q), _pad_head_dim(k), _pad_head_dim(v), options, deterministic,
-                                    path, _Ring(group))
-    if out.shape[-1] != hdim_v:
+    out, lse = _RingAttention.apply(q, k, v, options, deterministic, path, _Ring(group))
+    if _padded(hdim_v):
         out = out[..., :hdim_v]
     return (out, lse) if return_lse else out

@@ -169,19 +169,32 @@ def _unpack(name: str, t, dim: int, n: int, layout: str):
     return t.unbind(dim)
 
 
-def _pad_head_dim(x: Tensor) -> Tensor:
-    d = x.shape[-1]
-    if d % _HEAD_DIM_MULTIPLE == 0 or d > _MAX_HEAD_DIM:
-        return x  # a head dim over the maximum is left for the library to report by value
+def _pad_head_dim(x: Tensor, d: int) -> Tensor:
+    """x, whose head dim (last dimension) is d, zero-padded to the kernels' multiple of it."""
+    if not _padded(d):
+        return x
     return F.pad(x, (0, _HEAD_DIM_MULTIPLE - d % _HEAD_DIM_MULTIPLE))
+
+
+def _padded(d: int) -> bool:
+    """Whether a head dim d is padded (a head dim over the maximum is left for the library to report
+    by value)."""
+    return d % _HEAD_DIM_MULTIPLE != 0 and d <= _MAX_HEAD_DIM
+
+
+def _pad_head_dims(q: Tensor, k: Tensor, v: Tensor):
+    """(q, k, v padded, hdim_qk, hdim_v): each shape read once (a tensor's .shape costs about as
+    much host time as the rest of a check)."""
+    hdim_qk, hdim_k, hdim_v = q.shape[-1], k.shape[-1], v.shape[-1]
+    return _pad_head_dim(q, hdim_qk), _pad_head_dim(k, hdim_k), _pad_head_dim(v, hdim_v), hdim_qk, hdim_v
 
 
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
                window_size, softcap, alibi_slopes, deterministic, return_attn_probs, path, block_table=None):
     _refuse_unsupported(dropout_p, alibi_slopes)
     _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table)
-    hdim_v = v.shape[-1]
-    options = _score_options(q.shape[-1], softmax_scale, causal, window_size, softcap)
+    q, k, v, hdim_qk, hdim_v = _pad_head_dims(q, k, v)
+    options = _score_options(hdim_qk, softmax_scale, causal, window_size, softcap)
     deterministic = _flag("deterministic", deterministic)
     return_attn_probs = _flag("return_attn_probs", return_attn_probs)
     if type(path) is not str:
@@ -189,10 +202,9 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     if type(max_seqlen_q) is not int or type(max_seqlen_k) is not int:
         max_seqlen_q, max_seqlen_k = _integer("max_seqlen_q", max_seqlen_q), _integer("max_seqlen_k", max_seqlen_k)
     # The LSE only when asked for (or when autograd keeps it for the backward): inference skips it.
-    out, lse = _ops.attention(_pad_head_dim(q), _pad_head_dim(k), _pad_head_dim(v), cu_seqlens_q, cu_seqlens_k,
-                              max_seqlen_q, max_seqlen_k, *options, deterministic, path, block_table,
-                              return_attn_probs)
-    if out.shape[-1] != hdim_v:
+    out, lse = _ops.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *options,
+                              deterministic, path, block_table, return_attn_probs)
+    if _padded(hdim_v):
         out = out[..., :hdim_v]
     # flash-attn returns (out, softmax_lse, S_dmask); S_dmask exists only with dropout, so it is None.
     return (out, lse, None) if return_attn_probs else out

@@ -2,7 +2,6 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
-#include <type_traits>
 
 #include "api/select.hpp"
 #include "api/validate.hpp"
@@ -125,17 +124,13 @@ int packed_outputs(const BwdParams& p, PackedRows* rows) {
 }
 
 // After the run, on its stream: the rows no sequence covers, when the caller asked for zeros there.
+// (Never asked for by a KV-cache call: its params keep the default.)
 template <class Params>
 Status zero_rows_outside_sequences(const Params& p) {
-  if constexpr (std::is_same_v<Params, KVCacheParams>) {
-    return Status::success();
-  } else {
-    if (!p.zero_rows_outside_sequences) return Status::success();
-    PackedRows rows[kMaxPackedOutputs];
-    const int count = packed_outputs(p, rows);
-    return p.device == Device::cuda ? cuda::zero_rows_outside(rows, count, p.stream)
-                                    : cpu::zero_rows_outside(rows, count);
-  }
+  if (!p.zero_rows_outside_sequences) return Status::success();
+  PackedRows rows[kMaxPackedOutputs];
+  const int count = packed_outputs(p, rows);
+  return p.device == Device::cuda ? cuda::zero_rows_outside(rows, count, p.stream) : cpu::zero_rows_outside(rows, count);
 }
 
 template <class Args, class Params>

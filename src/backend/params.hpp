@@ -10,6 +10,7 @@
 // lse / D (fp32): lse + b * lse_batch_stride + h * lse_head_stride + row_offset_q(b) + row.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -95,6 +96,11 @@ struct PackedRows {
   int64_t heads = 0, row_bytes = 0;
   const int32_t* cu_seqlens = nullptr;
   int64_t batch = 0, total = 0;
+
+  // The sequences' rows [first, last) (the rows outside are [0, first) and [last, total)), read
+  // where cu_seqlens lives: on the host by the CPU, on the device by the CUDA kernel.
+  constexpr int64_t first() const { return std::clamp<int64_t>(cu_seqlens[0], 0, total); }
+  constexpr int64_t last(int64_t first_row) const { return std::clamp<int64_t>(cu_seqlens[batch], first_row, total); }
 };
 inline constexpr int kMaxPackedOutputs = 3;  // dq, dk, dv
 

@@ -1,6 +1,5 @@
 // Zeroes the packed rows no sequence covers (AttentionArgs::zero_rows_outside_sequences) in host
-// tensors; the offsets were checked by validation, and are clamped here as on the GPU.
-#include <algorithm>
+// tensors; the offsets were checked by validation (PackedRows clamps them as on the GPU).
 #include <cstring>
 
 #include "cpu/cpu_backend.hpp"
@@ -10,8 +9,7 @@ namespace flashattn::cpu {
 Status zero_rows_outside(const PackedRows* rows, int count) {
   for (int i = 0; i < count; ++i) {
     const PackedRows& t = rows[i];
-    const int64_t first = std::clamp<int64_t>(t.cu_seqlens[0], 0, t.total);
-    const int64_t last = std::clamp<int64_t>(t.cu_seqlens[t.batch], first, t.total);
+    const int64_t first = t.first(), last = t.last(first);
     auto* base = static_cast<char*>(t.base);
     const auto zero = [&](int64_t from, int64_t to) {
       for (int64_t row = from; row < to; ++row) {

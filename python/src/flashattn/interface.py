@@ -10,6 +10,7 @@ alibi_slopes, gradients through a block_table call.
 """
 from __future__ import annotations
 
+import inspect
 import numbers
 import operator
 from typing import Optional, Tuple
@@ -104,9 +105,6 @@ def _score_options(hdim_qk: int, softmax_scale=None, causal=False, window_size=(
     and normalized, in the order the operators (fwd, bwd, kvcache) take them, so that every caller
     passes them on whole. A head dim of 0 gets a placeholder scale: the library refuses the call by
     hdim's value."""
-    if (softmax_scale is None and type(causal) is bool and type(softcap) is float and window_size == (-1, -1)
-            and hdim_qk > 0):
-        return hdim_qk ** -0.5, causal, -1, 0 if causal else -1, softcap  # the usual call, decided at once
     if softmax_scale is None:
         scale = hdim_qk ** -0.5 if hdim_qk > 0 else 1.0
     else:
@@ -127,7 +125,7 @@ def _score_options_by_name(hdim_qk: int, **options) -> tuple:
     return _score_options(hdim_qk, **options)
 
 
-_SCORE_OPTION_NAMES = frozenset(("softmax_scale", "causal", "window_size", "softcap"))
+_SCORE_OPTION_NAMES = frozenset(inspect.signature(_score_options).parameters) - {"hdim_qk"}
 
 
 def _with_mask(options: tuple, causal: bool) -> tuple:

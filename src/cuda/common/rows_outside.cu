@@ -3,7 +3,6 @@
 // usual batch whose sequences fill the tensor (the kernel reads two offsets and returns).
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "cuda/common/host_runtime.hpp"
@@ -19,13 +18,10 @@ struct PackedOutputs {
 constexpr int kThreads = 256;
 constexpr int kBlocksPerOutput = 64;  // a grid-stride loop: gaps are rare and small
 
-__device__ int64_t clamped(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
-
 // blockIdx.y: which output. Every row is a whole number of 16-bit units (f16, bf16, f32).
 __global__ void zero_rows_outside_kernel(PackedOutputs outputs) {
   const PackedRows t = outputs.t[blockIdx.y];
-  const int64_t first = clamped(t.cu_seqlens[0], 0, t.total);
-  const int64_t last = clamped(t.cu_seqlens[t.batch], first, t.total);
+  const int64_t first = t.first(), last = t.last(first);
   const int64_t units = t.row_bytes / 2;
   const int64_t n = (first + t.total - last) * t.heads * units;
   auto* base = static_cast<char*>(t.base);

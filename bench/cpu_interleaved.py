@@ -3,7 +3,8 @@ flashattn builds side by side (each a libflashattn_c.so loaded through the C ABI
 comparisons on a shared machine: every round calls each implementation once (order alternating), a
 short sleep between calls lets the other OpenMP runtime's threads go idle, and the table gives the
 median and the best time of the rounds. Forward by default, --bwd for the backward alone (torch:
-autograd.grad of SDPA with retain_graph). Inputs [batch, seqlen, heads, d] for flashattn, contiguous
+autograd.grad of SDPA with retain_graph), --fwdbwd for forward + backward in one timed call (torch:
+SDPA with grad, then autograd.grad; the FLOPs are 3.5 forwards). Inputs [batch, seqlen, heads, d] for flashattn, contiguous
 [batch, heads, seqlen, d] copies for torch; the last column checks flashattn's out (dq) against torch's.
 
   OMP_NUM_THREADS=2 python bench/cpu_interleaved.py --lib before=/tmp/a/libflashattn_c.so \
@@ -38,7 +39,9 @@ ap.add_argument("--heads", type=int, default=2)
 ap.add_argument("--batch", type=int, default=1)
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--rounds", type=int, default=7)
-ap.add_argument("--bwd", action="store_true")
+ap.add_argument("--bwd", action="store_true", help="the backward alone (its forward outside the timing)")
+ap.add_argument("--fwdbwd", action="store_true", help="forward + backward in one timed call (torch: SDPA with grad, "
+                "then autograd.grad), as a training step runs them")
 ap.add_argument("--cpu-time", action="store_true",
                 help="time the calling thread's CPU time instead of wall time (needs --threads 1: every "
                      "implementation then computes on the calling thread); robust to other processes "
@@ -46,6 +49,9 @@ ap.add_argument("--cpu-time", action="store_true",
 ap.add_argument("--json", help="write the cells to this file")
 ap.add_argument("--append", action="store_true", help="add to --json's rows instead of replacing the file")
 a = ap.parse_args()
+if a.bwd and a.fwdbwd:
+    sys.exit("--bwd and --fwdbwd are exclusive")
+MODE = "fwd+bwd" if a.fwdbwd else "bwd" if a.bwd else "fwd"
 rows = []
 if a.cpu_time and a.threads != 1:
     sys.exit("--cpu-time needs --threads 1")
@@ -77,12 +83,27 @@ for dt in a.dtypes.split(","):
                 lse = torch.empty(a.batch, a.heads, s, dtype=torch.float32)
                 qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
                 fns = []
-                if not a.bwd:
+                if MODE == "fwd":
                     for label, fa in libs:
                         args = fa.args(q, k, v, out=out, lse=lse, causal=bool(c))
                         fns.append((label, (lambda fa=fa, args=args: fa.forward(args))))
                     with torch.no_grad():
                         fns.append(("torch", lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(c))))
+                elif MODE == "fwd+bwd":
+                    dout = torch.randn(a.batch, s, a.heads, d, generator=g).to(DT[dt])
+                    grads = []; keep = []
+                    for label, fa in libs:
+                        o_l, lse_l = torch.empty_like(q), torch.empty(a.batch, a.heads, s, dtype=torch.float32)
+                        dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
+                        grads.append(dq); keep.append((o_l, lse_l, dq, dk, dv))
+                        args_f = fa.args(q, k, v, out=o_l, lse=lse_l, causal=bool(c))
+                        args_b = fa.args(q, k, v, out=o_l, lse=lse_l, dout=dout, dq=dq, dk=dk, dv=dv, causal=bool(c))
+                        fns.append((label, (lambda fa=fa, f=args_f, b=args_b: (fa.forward(f), fa.backward(b)))))
+                    qg, kg, vg = (x.clone().requires_grad_(True) for x in (qt, kt, vt))
+                    dot = dout.transpose(1, 2).contiguous()
+                    fns.append(("torch", lambda: torch.autograd.grad(
+                        F.scaled_dot_product_attention(qg, kg, vg, is_causal=bool(c)), (qg, kg, vg), dot)))
+                    og = F.scaled_dot_product_attention(qg, kg, vg, is_causal=bool(c))
                 else:
                     dout = torch.randn(a.batch, s, a.heads, d, generator=g).to(DT[dt])
                     grads = []; keep = []
@@ -105,20 +126,20 @@ for dt in a.dtypes.split(","):
                         t0 = clock(); f(); t = clock() - t0
                         if r > 0: times[l].append(t)
                 with torch.no_grad():
-                    if a.bwd:
+                    if MODE != "fwd":
                         dq_t = torch.autograd.grad(og, (qg,), dot, retain_graph=True)[0].transpose(1, 2)
                         err = (grads[-1].float() - dq_t.float()).abs().max().item()
                     else:
                         o_t = F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(c)).transpose(1, 2)
                         err = (out.float() - o_t.float()).abs().max().item()
-                flops = 4.0 * a.batch * a.heads * s * s * d * (0.5 if c else 1.0) * (2.5 if a.bwd else 1.0)
+                flops = 4.0 * a.batch * a.heads * s * s * d * (0.5 if c else 1.0) * {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}[MODE]
                 med = {l: statistics.median(t) for l, t in times.items()}
                 mn = {l: min(t) for l, t in times.items()}
                 row = [dt, str(d), str(s), str(c)] + [f"{flops/med[l]*1e-9:.0f} ({mn[l]*1e3:.1f})" for l, _ in fns] + [f"{med['torch']/med[l]:.2f}x" for l, _ in libs]
                 print(" | ".join(row) + f"  err {err:.1e}", flush=True)
                 for l, t in times.items():
                     cell = {"impl": "torch-sdpa-cpu" if l == "torch" else "flashattn", "label": l,
-                            "mode": "bwd" if a.bwd else "fwd", "causal": bool(c), "dtype": dt, "hdim": d,
+                            "mode": MODE, "causal": bool(c), "dtype": dt, "hdim": d,
                             "seqlen": s, "batch": a.batch, "heads": a.heads, "threads": a.threads,
                             "gflops": round(flops / med[l] * 1e-9, 2), "gflops_best": round(flops / mn[l] * 1e-9, 2),
                             "ms": round(med[l] * 1e3, 3), "ms_min": round(mn[l] * 1e3, 3), "reps": len(t),

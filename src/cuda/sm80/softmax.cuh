@@ -71,7 +71,10 @@ struct OnlineSoftmax {
   // update() in two halves, for a kernel whose product into the accumulator is still in flight
   // while it exponentiates the next tile (sm90): exponentiate() updates m and ℓ and gives the factor
   // by which each row of the accumulator must still be rescaled; rescale_rows() applies it.
-  template <int kNTiles>
+  // kChains: the row max and sum of a long tile row (sm90: up to 176 keys, 44 per thread) as that
+  // many interleaved partial chains, combined at the end, so that neither is one chain of dependent
+  // instructions (the max is the same whatever the order; the sum rounds in another order).
+  template <int kChains = 1, int kNTiles>
   __device__ __forceinline__ void exponentiate(float (&s)[kMTiles][kNTiles][4], float exp_mult,
                                                float (&rescale)[kMTiles][2]) {
 #pragma unroll
@@ -79,8 +82,8 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         float offset;
-        rescale[mi][half] = raise_max(s, mi, half, exp_mult, &offset);
-        exponentiate_row(s, mi, half, exp_mult, offset, rescale[mi][half]);
+        rescale[mi][half] = raise_max<kChains>(s, mi, half, exp_mult, &offset);
+        exponentiate_row<kChains>(s, mi, half, exp_mult, offset, rescale[mi][half]);
       }
     }
   }
@@ -103,14 +106,17 @@ struct OnlineSoftmax {
 
   // Row (mi, half): the new running max over the tile; returns the rescale factor of the old state
   // and sets the exponent offset (base 2) of the new one.
-  template <int kNTiles>
+  template <int kChains = 1, int kNTiles>
   __device__ __forceinline__ float raise_max(const float (&s)[kMTiles][kNTiles][4], int mi, int half,
                                              float exp_mult, float* offset) {
-    float m = row_max[mi][half];
+    float part[kChains];
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) part[c] = c == 0 ? row_max[mi][half] : -kInfinity;
 #pragma unroll
     for (int ni = 0; ni < kNTiles; ++ni) {
-      m = fmaxf(m, fmaxf(s[mi][ni][2 * half], s[mi][ni][2 * half + 1]));
+      part[ni % kChains] = fmaxf(part[ni % kChains], fmaxf(s[mi][ni][2 * half], s[mi][ni][2 * half + 1]));
     }
+    float m = combine<kChains>(part, [](float a, float b) { return fmaxf(a, b); });
     m = quad_max(m);
     *offset = m == -kInfinity ? 0.f : m * exp_mult;
     const float rescale = ptx::exp2_approx(row_max[mi][half] * exp_mult - *offset);
@@ -119,20 +125,33 @@ struct OnlineSoftmax {
   }
 
   // Row (mi, half): scores to unnormalized probabilities in place, ℓ rescaled and summed.
-  template <int kNTiles>
+  template <int kChains = 1, int kNTiles>
   __device__ __forceinline__ void exponentiate_row(float (&s)[kMTiles][kNTiles][4], int mi, int half,
                                                    float exp_mult, float offset, float rescale) {
-    float sum = row_sum[mi][half] * rescale;
+    float part[kChains];
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) part[c] = c == 0 ? row_sum[mi][half] * rescale : 0.f;
 #pragma unroll
     for (int ni = 0; ni < kNTiles; ++ni) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const float p = ptx::exp2_approx(fmaf(s[mi][ni][2 * half + e], exp_mult, -offset));
         s[mi][ni][2 * half + e] = p;
-        sum += p;
+        part[(2 * ni + e) % kChains] += p;
       }
     }
-    row_sum[mi][half] = sum;
+    row_sum[mi][half] = combine<kChains>(part, [](float a, float b) { return a + b; });
+  }
+
+  // part[0] op part[1] op ... as a balanced tree (pairs, then pairs of pairs).
+  template <int kChains, class Op>
+  __device__ __forceinline__ static float combine(float (&part)[kChains], Op op) {
+#pragma unroll
+    for (int width = 1; width < kChains; width *= 2) {
+#pragma unroll
+      for (int c = 0; c + width < kChains; c += 2 * width) part[c] = op(part[c], part[c + width]);
+    }
+    return part[0];
   }
 
   // End of the key loop: normalizes `acc` by ℓ and gives each row's log-sum-exp (natural log) in

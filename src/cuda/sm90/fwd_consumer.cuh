@@ -58,6 +58,12 @@ template <class Traits>
 struct Consumer {
   using Tag = typename Traits::Tag;
   static constexpr ptx::Swizzle kSw = ptx::Swizzle::b128;
+  // The softmax's row max and sum as four interleaved chains (OnlineSoftmax::exponentiate) from
+  // D = 128 up, one below. Measured on the H200 (2026-12-02, every forward cell against one chain):
+  // D = 256 +1–5 % (no ping-pong there, so the chains' latency was exposed), D = 128 without a mask
+  // +0.4–1.7 %, with one −1 … +2 %; D = 64 −2 to −5 % (issue-bound: the combining instructions cost
+  // more than the latency they hide).
+  static constexpr int kSoftmaxChains = Traits::kD >= 128 ? 4 : 1;
 
   const FwdSmem<Traits>& sm;
   const FwdTile& t;
@@ -105,7 +111,7 @@ struct Consumer {
     if (t.mask.tile_needs_mask(t.m0, Traits::kBlockM, n * Traits::kBlockN, Traits::kBlockN)) {
       mask_accumulator(s_tiles, t.mask, t.m0 + row0, n * Traits::kBlockN, lane);
     }
-    c.softmax.exponentiate(s_tiles, scores.exp_mult, rescale);
+    c.softmax.template exponentiate<kSoftmaxChains>(s_tiles, scores.exp_mult, rescale);
   }
 
   // P from the S accumulator: columns 16kk .. 16kk + 15 are the A fragment of k-step kk.

@@ -59,10 +59,9 @@ struct Consumer {
   using Tag = typename Traits::Tag;
   static constexpr ptx::Swizzle kSw = ptx::Swizzle::b128;
   // The softmax's row max and sum as four interleaved chains (OnlineSoftmax::exponentiate) from
-  // D = 128 up, one below. Measured on the H200 (2026-12-02, every forward cell against one chain):
-  // D = 256 +1–5 % (no ping-pong there, so the chains' latency was exposed), D = 128 without a mask
-  // +0.4–1.7 %, with one −1 … +2 %; D = 64 −2 to −5 % (issue-bound: the combining instructions cost
-  // more than the latency they hide).
+  // D = 128 up, where one chain's latency is exposed (D = 256 has no ping-pong to hide it); one chain
+  // at D = 64, which is issue-bound: there the combining instructions cost more than the latency
+  // they hide (measured: docs/kernels-sm90-forward.md).
   static constexpr int kSoftmaxChains = Traits::kD >= 128 ? 4 : 1;
 
   const FwdSmem<Traits>& sm;

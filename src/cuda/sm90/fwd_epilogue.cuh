@@ -1,8 +1,13 @@
-// The epilogue of a consumer warpgroup of the sm90 forward: O / ℓ straight from the accumulator
-// fragments to global memory (32-bit stores of column pairs; a quad writes 16 contiguous bytes of a
-// row, two consecutive stores a whole 32-byte sector), and LSE = m·scale + log ℓ (natural) per row.
-// Fully masked rows (ℓ = 0): out 0, lse +inf. Only rows < seqlen_q and columns < hdim_v are written,
-// so a varlen tile never writes into the next sequence.
+// The epilogue of a consumer warpgroup of the sm90 forward: O / ℓ from the accumulator fragments to
+// global memory, and LSE = m·scale + log ℓ (natural) per row. Fully masked rows (ℓ = 0): out 0, lse
+// +inf. Only rows < seqlen_q and columns < hdim_v are written, so a varlen tile never writes into the
+// next sequence.
+//
+// 16-byte stores: a quad holds a row's columns as pairs (lane q of the quad: columns 8j + 2q, +1 of
+// every 8-column group j); a 4 × 4 transpose of 32-bit words within the quad (two shuffle rounds)
+// gives lane q the whole group 4k + q of each four, which it writes as one 16-byte piece, so each
+// store instruction fills whole 32-byte sectors (with 4-byte stores of the pairs every sector was
+// written in two halves by two instructions).
 //
 // Why no staging through shared memory: the persistent CTA loads the next tile's Q as soon as this
 // tile's last Q·Kᵀ is done, so Q's buffer is busy during the epilogue, and the K/V ring leaves no
@@ -20,23 +25,46 @@ struct Epilogue {
   const FwdKernelParams& p;
   int row0, lane;  // this warp's first row in the block, lane
 
+  // w[i] of lane q (within its quad) becomes w[i] of lane i's word q: a 4 × 4 transpose across the
+  // quad, in two xor rounds (lanes 2 apart swap 2 × 2 blocks, then lanes 1 apart swap within them).
+  __device__ __forceinline__ static void transpose_quad(uint32_t (&w)[4], int q) {
+    const bool hi = q & 2;
+    uint32_t r0 = __shfl_xor_sync(0xffffffffu, hi ? w[0] : w[2], 2);
+    uint32_t r1 = __shfl_xor_sync(0xffffffffu, hi ? w[1] : w[3], 2);
+    if (hi) { w[0] = r0; w[1] = r1; } else { w[2] = r0; w[3] = r1; }
+    const bool odd = q & 1;
+    r0 = __shfl_xor_sync(0xffffffffu, odd ? w[0] : w[1], 1);
+    r1 = __shfl_xor_sync(0xffffffffu, odd ? w[2] : w[3], 1);
+    if (odd) { w[0] = r0; w[2] = r1; } else { w[1] = r0; w[3] = r1; }
+  }
+
   __device__ __forceinline__ void store_rows(const float (&o)[Traits::kD / 2]) const {
     using Tag = typename Traits::Tag;
     const int g = lane / 4, tq = lane % 4;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = t.m0 + row0 + 8 * half + g;
-      if (row >= t.seq.seqlen_q) continue;
+      const bool row_in = row < t.seq.seqlen_q;  // every lane shuffles; only rows in are written
       uint16_t* out_row = static_cast<uint16_t*>(p.out) + gmem_offset(t.batch, t.seq.q_offset + row, t.head,
                                                                       p.o_batch_stride, p.o_row_stride, p.o_head_stride);
 #pragma unroll
-      for (int j = 0; j < Traits::kD / 8; ++j) {
-        const int col = 8 * j + 2 * tq;
-        const uint32_t pair = ptx::pack2<Tag>(o[4 * j + 2 * half], o[4 * j + 2 * half + 1]);
-        if (col + 1 < p.hdim_v) {
-          *reinterpret_cast<uint32_t*>(out_row + col) = pair;
-        } else if (col < p.hdim_v) {
-          out_row[col] = static_cast<uint16_t>(pair & 0xFFFFu);
+      for (int k = 0; k < Traits::kD / 32; ++k) {
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int j = 4 * k + i;
+          w[i] = ptx::pack2<Tag>(o[4 * j + 2 * half], o[4 * j + 2 * half + 1]);
+        }
+        transpose_quad(w, tq);
+        const int col = 8 * (4 * k + tq);
+        if (!row_in || col >= p.hdim_v) continue;
+        if (col + 8 <= p.hdim_v) {
+          *reinterpret_cast<uint4*>(out_row + col) = make_uint4(w[0], w[1], w[2], w[3]);
+        } else {
+#pragma unroll
+          for (int c = 0; c < 8; ++c) {
+            if (col + c < p.hdim_v) out_row[col + c] = static_cast<uint16_t>(w[c / 2] >> (16 * (c % 2)));
+          }
         }
       }
     }

@@ -1,7 +1,9 @@
 // Unit tests of the CPU backend's building blocks against plain double-precision computations:
 // exp_poly and tanh_poly at the ulp limits their header states (with special values), the row
 // reductions at every tail length, the tile product matmul_acc (libxsmm or the loops) on the
-// backend's operand layouts, and the visible-keys rule (VisibleKeys) by brute force.
+// backend's operand layouts, the bf16 product matmul_acc_bf16 and the loaders that pack its operands
+// (bf16 kernels where the CPU has them, and the loops), and the visible-keys rule (VisibleKeys) by
+// brute force.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +12,9 @@
 #include <random>
 #include <vector>
 
+#include "backend/testing.hpp"
+#include "cpu/bf16_tiles.hpp"
+#include "cpu/convert.hpp"
 #include "cpu/mask.hpp"
 #include "cpu/matmul.hpp"
 #include "cpu/row_ops.hpp"
@@ -178,6 +183,114 @@ TEST(MatmulAcc, MatchesDoublePrecisionOnTileLayouts) {
         for (int64_t j = sh.n; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], c0[i * ldc + j]);
     }
   }
+}
+
+// matmul_acc_bf16 against a double-precision product of the same bf16 values: A plain with a wide
+// leading dimension, B in row pairs packed by pack_pairs_bf16 (rounding a float tile) and by
+// load_pairs (from bf16 rows), C already holding values; odd k padded to even with zeros as the
+// backend does. Shapes of full and edge tiles. Run by whatever the CPU offers (bf16 kernels or the
+// loops), and by the loops.
+TEST(MatmulAccBf16, MatchesDoublePrecisionOnPackedOperands) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  struct Shape { int64_t m, n, k; };
+  const Shape shapes[] = {{64, 64, 64}, {64, 128, 64}, {128, 64, 128}, {37, 64, 63}, {64, 23, 7}, {5, 7, 1}, {1, 1, 2}};
+  for (const Shape& sh : shapes) {
+    const int64_t k_even = cpu::round_up_even(sh.k), lda = k_even + 6, ldb = sh.n + 4, ldc = sh.n + 2;
+    std::vector<float> a_f(sh.m * sh.k), b_f(sh.k * sh.n), c(sh.m * ldc);
+    for (float& x : a_f) x = normal(rng);
+    for (float& x : b_f) x = normal(rng);
+    for (float& x : c) x = normal(rng);
+    std::vector<uint16_t> a(sh.m * lda, 0xffff), b_rows(sh.k * sh.n);  // 0xffff: NaN where A is not written
+    cpu::round_tile_bf16(a.data(), lda, a_f.data(), sh.k, sh.m, sh.k, k_even);
+    for (size_t i = 0; i < b_f.size(); ++i) b_rows[i] = float_to_bf16(b_f[i]);
+    std::vector<uint32_t> b_packed(k_even / 2 * ldb, 0xffffffffu), b_loaded(k_even / 2 * ldb, 0xffffffffu);
+    cpu::pack_pairs_bf16(b_packed.data(), ldb, b_f.data(), sh.n, sh.k, sh.n);
+    cpu::load_pairs(b_loaded.data(), ldb, cpu::InRows{b_rows.data(), DType::bf16, 0, sh.n}, 0, sh.k, sh.n);
+    for (int64_t r = 0; r < k_even / 2; ++r)
+      for (int64_t j = 0; j < sh.n; ++j) ASSERT_EQ(b_packed[r * ldb + j], b_loaded[r * ldb + j]) << r << "," << j;
+
+    const std::vector<float> c0 = c;
+    for (const bool loops : {false, true}) {
+      c = c0;
+      if (loops)
+        cpu::detail::matmul_acc_bf16_loops(c.data(), ldc, a.data(), lda, b_packed.data(), ldb, sh.m, sh.n, k_even);
+      else
+        cpu::matmul_acc_bf16(c.data(), ldc, a.data(), lda, b_packed.data(), ldb, sh.m, sh.n, k_even);
+      const double u = std::numeric_limits<float>::epsilon() / 2;
+      for (int64_t i = 0; i < sh.m; ++i) {
+        for (int64_t j = 0; j < sh.n; ++j) {
+          double ref = c0[i * ldc + j], mag = std::fabs(ref);
+          for (int64_t kk = 0; kk < sh.k; ++kk) {
+            const double term = double(bf16_to_float(a[i * lda + kk])) * bf16_to_float(b_rows[kk * sh.n + j]);
+            ref += term, mag += std::fabs(term);
+          }
+          ASSERT_LE(std::fabs(c[i * ldc + j] - ref), (sh.k + 1) * u * mag)
+              << (loops ? "loops" : cpu::matmul_engine()) << ", m n k " << sh.m << " " << sh.n << " " << sh.k
+              << ", element " << i << "," << j;
+        }
+        for (int64_t j = sh.n; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], c0[i * ldc + j]);  // padding untouched
+      }
+    }
+  }
+}
+
+// The bf16 loaders' layouts, element by element, on a strided bf16 block with odd row counts: the
+// transpose (plain, with its zero column), the pairs of the transpose, and the rounding (nearest
+// even, NaN kept).
+TEST(Bf16Tiles, LayoutsAndRounding) {
+  const int64_t rows = 5, cols = 6, stride = 9;
+  std::vector<uint16_t> src(rows * stride);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(0x3f00 + i);
+  const cpu::InRows in{src.data(), DType::bf16, 0, stride};
+  std::vector<uint16_t> t(cols * 8, 0xabcd);
+  cpu::load_transposed_bf16(t.data(), 8, in, 0, rows, cols);
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(t[c * 8 + r], src[r * stride + c]);
+    EXPECT_EQ(t[c * 8 + rows], 0) << "the odd row count's pad column";
+  }
+  std::vector<uint32_t> tp(cols / 2 * cpu::kBlockM);
+  cpu::load_pairs_transposed(tp.data(), in, 0, rows, cols);
+  for (int64_t w = 0; w < cols / 2; ++w)
+    for (int64_t r = 0; r < rows; ++r)
+      EXPECT_EQ(tp[w * cpu::kBlockM + r], src[r * stride + 2 * w] | uint32_t{src[r * stride + 2 * w + 1]} << 16);
+
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float values[] = {1.f, 1.00390625f, 1.01171875f, -2.5f, nan, inf, -inf, 0.f, 3.0e38f, 1e-40f};
+  const int64_t n = sizeof(values) / sizeof(values[0]);
+  std::vector<uint16_t> rounded(n + 1, 0xabcd);
+  cpu::round_tile_bf16(rounded.data(), n + 1, values, n, 1, n, n + 1);
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(values[i])) {
+      EXPECT_TRUE(std::isnan(bf16_to_float(rounded[i])));
+    } else {
+      EXPECT_EQ(rounded[i], float_to_bf16(values[i])) << values[i];
+    }
+  }
+  EXPECT_EQ(rounded[n], 0);
+}
+
+// The choice of products: bf16 only for bf16 inputs with even head dims and rows that do not
+// overlap; a test can force either side.
+TEST(Bf16Products, ChosenOnlyWhereTheyApply) {
+  namespace knobs = flashattn::testing;
+  const knobs::CpuProducts before = knobs::cpu_products();
+  FwdParams p;
+  p.dtype = DType::bf16, p.hdim_qk = 64, p.hdim_v = 64, p.k_row_stride = 64, p.v_row_stride = 64;
+  knobs::set_cpu_products(knobs::CpuProducts::bf16);
+  EXPECT_TRUE(cpu::bf16_products(p));
+  p.hdim_v = 63;
+  EXPECT_FALSE(cpu::bf16_products(p));
+  p.hdim_v = 64, p.k_row_stride = 32;
+  EXPECT_FALSE(cpu::bf16_products(p));
+  p.k_row_stride = 64, p.dtype = DType::f16;
+  EXPECT_FALSE(cpu::bf16_products(p));
+  p.dtype = DType::bf16;
+  knobs::set_cpu_products(knobs::CpuProducts::f32);
+  EXPECT_FALSE(cpu::bf16_products(p));
+  knobs::set_cpu_products(knobs::CpuProducts::automatic);
+  EXPECT_EQ(cpu::bf16_products(p), cpu::bf16_products_native());
+  knobs::set_cpu_products(before);
 }
 
 // The mask rule by brute force: row i of len_q sees key j of len_k iff

@@ -1,7 +1,8 @@
 // Test-only knobs, set explicitly by a test binary (tests/support/main.cpp takes them as flags),
 // never read from the environment by the library: plan as if the GPU were another one, so that
 // paths a given GPU would not take (the A100's tiles on a Hopper GPU, a split tail on 3 SMs) are
-// tested too. Zero keeps the device's own value.
+// tested too. Zero keeps the device's own value. The CPU's choice of products for bf16 inputs can be
+// forced the same way, so both of its paths run on every machine.
 #pragma once
 
 #include <atomic>
@@ -13,8 +14,13 @@ struct DeviceOverrides {
   int smem_optin = 0;  // plan tiles for this much opt-in shared memory per block (bytes)
 };
 
+// Which products the CPU backend runs bf16 inputs on: automatic (bf16 where the CPU multiplies bf16
+// natively, float elsewhere), always float (the tiles widened), or always bf16 (on a float loop where
+// the CPU has no bf16 kernels: slow, for tests).
+enum class CpuProducts { automatic = 0, f32 = 1, bf16 = 2 };
+
 inline std::atomic<int>& override_slot(int which) {
-  static std::atomic<int> slots[2] = {};
+  static std::atomic<int> slots[3] = {};
   return slots[which];
 }
 inline void set_device_overrides(const DeviceOverrides& o) {
@@ -24,5 +30,8 @@ inline void set_device_overrides(const DeviceOverrides& o) {
 inline DeviceOverrides device_overrides() {
   return {override_slot(0).load(std::memory_order_relaxed), override_slot(1).load(std::memory_order_relaxed)};
 }
+
+inline void set_cpu_products(CpuProducts c) { override_slot(2).store(static_cast<int>(c), std::memory_order_relaxed); }
+inline CpuProducts cpu_products() { return static_cast<CpuProducts>(override_slot(2).load(std::memory_order_relaxed)); }
 
 }  // namespace flashattn::testing

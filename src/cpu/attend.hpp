@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cpu/bf16_tiles.hpp"
 #include "cpu/mask.hpp"
 #include "cpu/matmul.hpp"
 #include "cpu/row_ops.hpp"
@@ -27,33 +28,52 @@ namespace flashattn::cpu {
 constexpr int64_t kMaxQueryBlocksPerTask = 8;
 
 // One thread's tiles. Per query block of its task: Qᵀ, the transposed output accumulator and the
-// running max / sum; shared: one transposed score tile and the widened K, V blocks.
+// running max / sum; shared: one transposed score tile and the key and value blocks as the products
+// read them: widened to float, or (bf16 products, bf16_tiles.hpp) K as stored or gathered, Vᵀ, and P
+// rounded to bf16 in row pairs.
 struct ForwardTiles {
-  float* qt;           // [kMaxQueryBlocksPerTask][d][kBlockM]   query blocks, transposed
-  float* acc_t;        // [kMaxQueryBlocksPerTask][dv][kBlockM]  Σ P·V transposed, not yet divided by ℓ
-  float* running_max;  // [kMaxQueryBlocksPerTask][kBlockM]      m
-  float* running_sum;  // [kMaxQueryBlocksPerTask][kBlockM]      ℓ (relative to m)
-  float* st;           // [kBlockN][kBlockM]                     scores, then probabilities P (transposed)
-  float* k;            // [kBlockN][d]    key block, when it cannot be read in place (bf16, f16, paged)
-  float* v;            // [kBlockN][dv]   value block, likewise
-  float* out;          // [kBlockM][max(d, dv)]  output rows of the epilogue; staging of the Q loader
+  float* acc_t = nullptr;        // [kMaxQueryBlocksPerTask][dv][kBlockM]  Σ P·V transposed, not yet divided by ℓ
+  float* running_max = nullptr;  // [kMaxQueryBlocksPerTask][kBlockM]      m
+  float* running_sum = nullptr;  // [kMaxQueryBlocksPerTask][kBlockM]      ℓ (relative to m)
+  float* st = nullptr;           // [kBlockN][kBlockM]                     scores, then probabilities P (transposed)
+  float* out = nullptr;          // [kBlockM][max(d, dv)]  output rows of the epilogue; staging of the Q loader
+  // Float products.
+  float* qt = nullptr;  // [kMaxQueryBlocksPerTask][d][kBlockM]   query blocks, transposed
+  float* k = nullptr;   // [kBlockN][d]    key block, when it cannot be read in place (bf16, f16, paged)
+  float* v = nullptr;   // [kBlockN][dv]   value block, likewise
+  // bf16 products.
+  uint32_t* qt_pairs = nullptr;  // [kMaxQueryBlocksPerTask][d / 2][kBlockM]  query blocks, transposed, in pairs
+  uint16_t* k_bf16 = nullptr;    // [kBlockN][d]   key block gathered from pages
+  uint16_t* vt_bf16 = nullptr;   // [dv][kBlockN]  value block, transposed
+  uint32_t* p_pairs = nullptr;   // [kBlockN / 2][kBlockM]  P in pairs
 
-  static ForwardTiles carve(ThreadScratch::Carver& c, int64_t d, int64_t dv) {
+  static ForwardTiles carve(ThreadScratch::Carver& c, int64_t d, int64_t dv, bool bf16) {
     constexpr int64_t blocks = kMaxQueryBlocksPerTask;
-    return {c.take(blocks * d * kBlockM), c.take(blocks * dv * kBlockM), c.take(blocks * kBlockM),
-            c.take(blocks * kBlockM),     c.take(kBlockN * kBlockM),     c.take(kBlockN * d),
-            c.take(kBlockN * dv),         c.take(kBlockM * std::max(d, dv))};
+    ForwardTiles t{c.take(blocks * dv * kBlockM), c.take(blocks * kBlockM), c.take(blocks * kBlockM),
+                   c.take(kBlockN * kBlockM), c.take(kBlockM * std::max(d, dv))};
+    if (bf16) {
+      t.qt_pairs = c.take_words(blocks * d / 2 * kBlockM);
+      t.k_bf16 = c.take_bf16(kBlockN * d);
+      t.vt_bf16 = c.take_bf16(dv * kBlockN);
+      t.p_pairs = c.take_words(kBlockN / 2 * kBlockM);
+    } else {
+      t.qt = c.take(blocks * d * kBlockM);
+      t.k = c.take(kBlockN * d);
+      t.v = c.take(kBlockN * dv);
+    }
+    return t;
   }
-  static int64_t floats(int64_t d, int64_t dv) {
+  static int64_t floats(int64_t d, int64_t dv, bool bf16) {
     ThreadScratch::Carver counter(nullptr);
-    carve(counter, d, dv);
+    carve(counter, d, dv, bf16);
     return counter.used();
   }
 };
 
 // The state of query block `b` of a task, and its rows and visible keys.
 struct QueryBlock {
-  float* qt;
+  float* qt;           // float products
+  uint32_t* qt_pairs;  // bf16 products
   float* acc_t;
   float* running_max;
   float* running_sum;
@@ -76,23 +96,70 @@ struct HeadViews {
   int64_t len_q, len_k;
 };
 
+// The forward's two products, S = K·Qᵀ and Oᵀ += Vᵀ·Pᵀ, in float: Q transposed per query block, K
+// and V read in place when they are float, else widened per key block.
+template <class KVRows>
+struct FloatForwardProducts {
+  const FwdParams& p;
+  const ForwardTiles& t;
+  const HeadViews<KVRows>& h;
+  RowBlock k{}, v{};
+
+  void load_queries(const QueryBlock& q) const { load_tile_transposed(q.qt, h.q, q.row0, q.rows, p.hdim_qk, t.out); }
+  void load_keys(int64_t key0, int64_t cols) {
+    k = row_block(h.k, key0, cols, p.hdim_qk, t.k);
+    v = row_block(h.v, key0, cols, p.hdim_v, t.v);
+  }
+  void scores(const QueryBlock& q, const TileCoords& c, const VisibleKeys& mask) const {
+    score_tile(t.st, k, q.qt, p.hdim_qk, c, p.options, mask);
+  }
+  void accumulate_output(const QueryBlock& q, int64_t cols) const {
+    matmul_acc(q.acc_t, kBlockM, transposed(v.data, v.ld), t.st, kBlockM, p.hdim_v, q.rows, cols);
+  }
+};
+
+// The same in bf16 (bf16_tiles.hpp): Qᵀ in pairs per query block, K as stored (gathered from
+// pages), Vᵀ per key block, P rounded to bf16 in pairs per tile.
+template <class KVRows>
+struct Bf16ForwardProducts {
+  const FwdParams& p;
+  const ForwardTiles& t;
+  const HeadViews<KVRows>& h;
+  Bf16Block k{};
+
+  void load_queries(const QueryBlock& q) const { load_pairs_transposed(q.qt_pairs, h.q, q.row0, q.rows, p.hdim_qk); }
+  void load_keys(int64_t key0, int64_t cols) {
+    k = bf16_block(h.k, key0, cols, p.hdim_qk, t.k_bf16);
+    load_transposed_bf16(t.vt_bf16, kBlockN, h.v, key0, cols, p.hdim_v);
+  }
+  void scores(const QueryBlock& q, const TileCoords& c, const VisibleKeys& mask) const {
+    score_tile_bf16(t.st, k, q.qt_pairs, p.hdim_qk, c, p.options, mask);
+  }
+  void accumulate_output(const QueryBlock& q, int64_t cols) const {
+    pack_pairs_bf16(t.p_pairs, kBlockM, t.st, kBlockM, cols, q.rows);
+    matmul_acc_bf16(q.acc_t, kBlockM, t.vt_bf16, kBlockN, t.p_pairs, kBlockM, p.hdim_v, q.rows, round_up_even(cols));
+  }
+};
+
 // Query rows [row0, row0 + blocks · kBlockM) ∩ [0, len_q) of one head against its keys, in blocks of
 // kBlockM rows. Key blocks are the outer loop: each is loaded once and folded into every query block
 // that sees it (causal / window block skipping per query block).
-template <class KVRows>
-void attend_rows(const FwdParams& p, const ForwardTiles& t, const HeadViews<KVRows>& h, int64_t row0,
+template <class Products, class KVRows>
+void attend_with(const FwdParams& p, const ForwardTiles& t, const HeadViews<KVRows>& h, int64_t row0,
                  int64_t blocks) {
   const int64_t d = p.hdim_qk, dv = p.hdim_v;
   const VisibleKeys mask(mask_of(p.options), h.len_q, h.len_k);
+  Products products{p, t, h};
 
   QueryBlock qb[kMaxQueryBlocksPerTask];
   int64_t n = 0;
   Range keys{0, 0};  // the union of the blocks' key ranges
   for (; n < blocks && row0 + n * kBlockM < h.len_q; ++n) {
     const int64_t r0 = row0 + n * kBlockM, rows = std::min(kBlockM, h.len_q - r0);
-    qb[n] = {t.qt + n * d * kBlockM, t.acc_t + n * dv * kBlockM, t.running_max + n * kBlockM,
-             t.running_sum + n * kBlockM, r0, rows, mask.keys_of_rows({r0, r0 + rows})};
-    load_tile_transposed(qb[n].qt, h.q, r0, rows, d, t.out);
+    qb[n] = {t.qt ? t.qt + n * d * kBlockM : nullptr, t.qt_pairs ? t.qt_pairs + n * d / 2 * kBlockM : nullptr,
+             t.acc_t + n * dv * kBlockM, t.running_max + n * kBlockM, t.running_sum + n * kBlockM, r0, rows,
+             mask.keys_of_rows({r0, r0 + rows})};
+    products.load_queries(qb[n]);
     std::fill(qb[n].acc_t, qb[n].acc_t + dv * kBlockM, 0.f);
     std::fill(qb[n].running_max, qb[n].running_max + rows, kNegInf);
     std::fill(qb[n].running_sum, qb[n].running_sum + rows, 0.f);
@@ -103,14 +170,13 @@ void attend_rows(const FwdParams& p, const ForwardTiles& t, const HeadViews<KVRo
   for (int64_t n_block = keys.begin / kBlockN; !keys.empty() && n_block <= (keys.end - 1) / kBlockN; ++n_block) {
     const int64_t key0 = n_block * kBlockN;
     const int64_t cols = std::min(kBlockN, h.len_k - key0);
-    const RowBlock k = row_block(h.k, key0, cols, d, t.k);
-    const RowBlock v = row_block(h.v, key0, cols, dv, t.v);
+    products.load_keys(key0, cols);
     for (int64_t b = 0; b < n; ++b) {
       const QueryBlock& q = qb[b];
       if (!q.sees(n_block)) continue;
-      score_tile(t.st, k, q.qt, d, {q.row0, q.rows, key0, cols}, p.options, mask);
+      products.scores(q, {q.row0, q.rows, key0, cols}, mask);  // S = K·Qᵀ, transformed, masked
       fold_scores(t.st, cols, q.rows, q.running_max, q.running_sum, q.acc_t, dv);
-      matmul_acc(q.acc_t, kBlockM, transposed(v.data, v.ld), t.st, kBlockM, dv, q.rows, cols);  // Oᵀ += Vᵀ·Pᵀ
+      products.accumulate_output(q, cols);  // Oᵀ += Vᵀ·Pᵀ
     }
   }
 
@@ -119,6 +185,16 @@ void attend_rows(const FwdParams& p, const ForwardTiles& t, const HeadViews<KVRo
     finish_output(q.acc_t, dv, q.rows, q.running_max, q.running_sum, t.out, h.lse ? h.lse + q.row0 : nullptr);
     store_tile(h.out, q.row0, q.rows, dv, t.out, dv);
   }
+}
+
+// attend_rows on the products this call runs (bf16_products).
+template <class KVRows>
+void attend_rows(const FwdParams& p, const ForwardTiles& t, const HeadViews<KVRows>& h, int64_t row0,
+                 int64_t blocks) {
+  if (t.qt_pairs)
+    attend_with<Bf16ForwardProducts<KVRows>>(p, t, h, row0, blocks);
+  else
+    attend_with<FloatForwardProducts<KVRows>>(p, t, h, row0, blocks);
 }
 
 // Query blocks per task: as many as kMaxQueryBlocksPerTask while there stay about four tasks per
@@ -139,12 +215,13 @@ void for_each_query_task(const FwdParams& p, Task&& task) {
   const int64_t tasks = p.batch * p.heads_q * m_tasks;
   if (tasks == 0) return;
   const int threads = static_cast<int>(std::min(max_threads, tasks));
-  ThreadScratch scratch(threads, ForwardTiles::floats(p.hdim_qk, p.hdim_v));
+  const bool bf16 = bf16_products(p);
+  ThreadScratch scratch(threads, ForwardTiles::floats(p.hdim_qk, p.hdim_v, bf16));
 
 #pragma omp parallel num_threads(threads)
   {
     ThreadScratch::Carver carver(scratch.of_thread(omp_get_thread_num()));
-    const ForwardTiles tiles = ForwardTiles::carve(carver, p.hdim_qk, p.hdim_v);
+    const ForwardTiles tiles = ForwardTiles::carve(carver, p.hdim_qk, p.hdim_v, bf16);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < tasks; ++i) {
       const int64_t m_task = m_tasks - 1 - i % m_tasks;

@@ -11,11 +11,15 @@
 // accumulator, and a last pass adds the splits in order. Splits exist only to give every thread a
 // task when there are fewer (batch, kv head) pairs than threads. Memory: O(N) per thread (the
 // head's transposed Q, dO and its dK, dV accumulators) and the fp32 dQ accumulators.
+// Two sets of products run this loop (bf16_tiles.hpp's bf16_products decides per call): float
+// (FloatProducts: bf16 / f16 inputs widened to float tiles) and bf16 (Bf16Products: bf16 operands
+// packed for the CPU's bf16 dot products, P and dS rounded to bf16 before their products).
 #include <omp.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "cpu/bf16_tiles.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "cpu/mask.hpp"
 #include "cpu/matmul.hpp"
@@ -65,31 +69,59 @@ void widen_all(float* widened, const InRows& src, int64_t len, int64_t cols) {
   if (!in_place(src, cols)) load_tile(widened, cols, src, 0, len, cols);
 }
 
-// One thread's buffers, for sequences of up to len_q queries and len_k keys.
+// One thread's buffers, for sequences of up to len_q queries and len_k keys. Each set of products
+// takes its own operands; the accumulators and the score tiles are shared.
 struct BackwardScratch {
-  float* qt;     // [m_blocks][d][kBlockM]   query blocks, transposed
-  float* dot;    // [m_blocks][dv][kBlockM]  dO blocks, transposed
-  float* delta;  // [len_q]                  D = rowsum(dO∘O)
-  float* q;      // [len_q][d]   Q widened to float (bf16, f16 inputs; also k, v, dout)
-  float* dout;   // [len_q][dv]
-  float* k;      // [len_k][d]
-  float* v;      // [len_k][dv]
-  float* dk;     // [len_k][d]   dK accumulator
-  float* dv;     // [len_k][dv]  dV accumulator
-  float* st;     // [kBlockN][kBlockM]  scores, then P (transposed)
-  float* dst;    // [kBlockN][kBlockM]  dP, then dS·scale (transposed)
-  float* rows;   // [kBlockM][max(d, dv)]  staging rows (O for D; the dQ pass's output rows)
+  float* delta = nullptr;  // [len_q]                  D = rowsum(dO∘O)
+  float* dk = nullptr;     // [len_k][d]   dK accumulator
+  float* dv = nullptr;     // [len_k][dv]  dV accumulator
+  float* st = nullptr;     // [kBlockN][kBlockM]  scores, then P (transposed)
+  float* dst = nullptr;    // [kBlockN][kBlockM]  dP, then dS·scale (transposed)
+  float* rows = nullptr;   // [kBlockM][max(d, dv)]  staging rows (O for D; the dQ pass's output rows)
+  // Float products.
+  float* qt = nullptr;     // [m_blocks][d][kBlockM]   query blocks, transposed
+  float* dot = nullptr;    // [m_blocks][dv][kBlockM]  dO blocks, transposed
+  float* q = nullptr;      // [len_q][d]   Q widened to float (bf16, f16 inputs; also k, v, dout)
+  float* dout = nullptr;   // [len_q][dv]  (bf16 products: [kBlockM][dv], one block's rows for D)
+  float* k = nullptr;      // [len_k][d]
+  float* v = nullptr;      // [len_k][dv]
+  // bf16 products: the B operands in row pairs (words), the A operands plain.
+  uint32_t* qt_pairs = nullptr;   // [m_blocks][d / 2][kBlockM]      Qᵀ (Sᵀ = K·Qᵀ)
+  uint32_t* dot_pairs = nullptr;  // [m_blocks][dv / 2][kBlockM]     dOᵀ (dPᵀ = V·dOᵀ)
+  uint32_t* q_pairs = nullptr;    // [m_blocks][kBlockM / 2][d]      Q (dK += dSᵀ·Q)
+  uint32_t* do_pairs = nullptr;   // [m_blocks][kBlockM / 2][dv]     dO (dV += Pᵀ·dO)
+  uint16_t* kt = nullptr;         // [n_blocks][d][kBlockN]          Kᵀ per key block (dQᵀ += Kᵀ·dSᵀ)
+  uint16_t* pt = nullptr;         // [kBlockN][kBlockM]              Pᵀ (dV)
+  uint16_t* dst_bf16 = nullptr;   // [kBlockN][kBlockM]              dSᵀ·scale (dK)
+  uint32_t* ds_pairs = nullptr;   // [kBlockN / 2][kBlockM]          the same in pairs (dQᵀ)
 
   static BackwardScratch carve(ThreadScratch::Carver& c, const BwdParams& p) {
     const int64_t d = p.hdim_qk, dv = p.hdim_v, len_q = p.seqlen_q, len_k = p.seqlen_k;
-    const int64_t m_rows = num_blocks(len_q, kBlockM) * kBlockM;
+    const int64_t m_rows = num_blocks(len_q, kBlockM) * kBlockM, n_rows = num_blocks(len_k, kBlockN) * kBlockN;
+    BackwardScratch t{c.take(len_q), c.take(len_k * d), c.take(len_k * dv), c.take(kBlockN * kBlockM),
+                      c.take(kBlockN * kBlockM), c.take(kBlockM * std::max(d, dv))};
+    if (bf16_products(p)) {
+      t.qt_pairs = c.take_words(m_rows * d / 2);
+      t.dot_pairs = c.take_words(m_rows * dv / 2);
+      t.q_pairs = c.take_words(m_rows / 2 * d);
+      t.do_pairs = c.take_words(m_rows / 2 * dv);
+      t.kt = c.take_bf16(n_rows * d);
+      t.pt = c.take_bf16(kBlockN * kBlockM);
+      t.dst_bf16 = c.take_bf16(kBlockN * kBlockM);
+      t.ds_pairs = c.take_words(kBlockN / 2 * kBlockM);
+      t.dout = c.take(kBlockM * dv);  // staging: one block of dO rows widened, for D
+      return t;
+    }
     const bool widen = p.dtype != DType::f32;  // (a float tensor with overlapping rows widens too: rare)
     const int64_t wq = widen || p.q_row_stride < d ? len_q : 0, wdo = widen || p.do_row_stride < dv ? len_q : 0;
     const int64_t wk = widen || p.k_row_stride < d ? len_k : 0, wv = widen || p.v_row_stride < dv ? len_k : 0;
-    return {c.take(m_rows * d),  c.take(m_rows * dv),        c.take(len_q),
-            c.take(wq * d),      c.take(wdo * dv),           c.take(wk * d),
-            c.take(wv * dv),     c.take(len_k * d),          c.take(len_k * dv),
-            c.take(kBlockN * kBlockM), c.take(kBlockN * kBlockM), c.take(kBlockM * std::max(d, dv))};
+    t.qt = c.take(m_rows * d);
+    t.dot = c.take(m_rows * dv);
+    t.q = c.take(wq * d);
+    t.dout = c.take(wdo * dv);
+    t.k = c.take(wk * d);
+    t.v = c.take(wv * dv);
+    return t;
   }
   static int64_t floats(const BwdParams& p) {
     ThreadScratch::Carver counter(nullptr);
@@ -113,53 +145,114 @@ struct DqAccumulators {
   }
 };
 
-// Per query head: Qᵀ and dOᵀ of every query block, D from the stored (rounded) O as the forward
-// wrote it, and the widened Q and dO when they are not read in place.
-void prepare_queries(const BwdParams& p, const BackwardScratch& t, const HeadView& hv) {
-  const int64_t d = p.hdim_qk, dv = p.hdim_v, len_q = hv.seq.len_q;
-  widen_all(t.q, hv.q, len_q, d);
-  widen_all(t.dout, hv.dout, len_q, dv);
-  for (int64_t row0 = 0; row0 < len_q; row0 += kBlockM) {
-    const int64_t rows = std::min(kBlockM, len_q - row0), m_block = row0 / kBlockM;
-    const RowBlock q = rows_from(hv.q, t.q, row0, d), dout = rows_from(hv.dout, t.dout, row0, dv);
-    transpose_into_tile(t.qt + m_block * d * kBlockM, q.data, q.ld, rows, d);
-    transpose_into_tile(t.dot + m_block * dv * kBlockM, dout.data, dout.ld, rows, dv);
-    const RowBlock out = row_block(hv.out, row0, rows, dv, t.rows);
-    for (int64_t r = 0; r < rows; ++r) t.delta[row0 + r] = row_dot(dout.data + r * dout.ld, out.data + r * out.ld, dv);
+// D = rowsum(dO∘O) of one query block, from the stored (rounded) O as the forward wrote it and dO as
+// `dout` reads it (row by row; float).
+void block_delta(float* delta, const HeadView& hv, int64_t row0, int64_t rows, int64_t dv, RowBlock dout,
+                 float* staging) {
+  const RowBlock out = row_block(hv.out, row0, rows, dv, staging);
+  for (int64_t r = 0; r < rows; ++r) delta[row0 + r] = row_dot(dout.data + r * dout.ld, out.data + r * out.ld, dv);
+}
+
+// The five products in float: Q, K, V, dO read in place when they are float, else widened.
+struct FloatProducts {
+  const BwdParams& p;
+  const BackwardScratch& t;
+
+  // Per task: K and V of the kv head, widened when they are not float.
+  void prepare_keys(const HeadView& first_head) const {
+    widen_all(t.k, first_head.k, first_head.seq.len_k, p.hdim_qk);
+    widen_all(t.v, first_head.v, first_head.seq.len_k, p.hdim_v);
   }
-}
 
-// One (query block, key block) step: recompute Pᵀ and dSᵀ, then dV += Pᵀ·dO, dK += dSᵀ·Q (into the
-// task's accumulators at the key block's rows) and dQᵀ += Kᵀ·dSᵀ (into the query block's tile).
-void backward_step(const BwdParams& p, const BackwardScratch& t, const HeadView& hv, const TileCoords& c,
-                   RowBlock k, RowBlock v, float* dq_t) {
-  const int64_t d = p.hdim_qk, dv = p.hdim_v, m_block = c.row0 / kBlockM;
-  score_tile(t.st, k, t.qt + m_block * d * kBlockM, d, c, p.options, hv.mask);
-  for (int64_t j = 0; j < c.cols; ++j) std::fill(t.dst + j * kBlockM, t.dst + j * kBlockM + c.rows, 0.f);
-  matmul_acc(t.dst, kBlockM, as_stored(v.data, v.ld), t.dot + m_block * dv * kBlockM, kBlockM, c.cols, c.rows, dv);  // dPᵀ
-  const ScoreChain chain = score_chain(p.options);
-  probs_and_dscores(t.st, t.dst, c.cols, c.rows, hv.lse + c.row0, t.delta + c.row0, chain);
+  // Per query head: Qᵀ and dOᵀ of every query block, D, and the widened Q and dO when they are not
+  // read in place.
+  void prepare_queries(const HeadView& hv) const {
+    const int64_t d = p.hdim_qk, dv = p.hdim_v, len_q = hv.seq.len_q;
+    widen_all(t.q, hv.q, len_q, d);
+    widen_all(t.dout, hv.dout, len_q, dv);
+    for (int64_t row0 = 0; row0 < len_q; row0 += kBlockM) {
+      const int64_t rows = std::min(kBlockM, len_q - row0), m_block = row0 / kBlockM;
+      const RowBlock q = rows_from(hv.q, t.q, row0, d), dout = rows_from(hv.dout, t.dout, row0, dv);
+      transpose_into_tile(t.qt + m_block * d * kBlockM, q.data, q.ld, rows, d);
+      transpose_into_tile(t.dot + m_block * dv * kBlockM, dout.data, dout.ld, rows, dv);
+      block_delta(t.delta, hv, row0, rows, dv, dout, t.rows);
+    }
+  }
 
-  const RowBlock q = rows_from(hv.q, t.q, c.row0, d), dout = rows_from(hv.dout, t.dout, c.row0, dv);
-  matmul_acc(t.dv + c.key0 * dv, dv, as_stored(t.st, kBlockM), dout.data, dout.ld, c.cols, dv, c.rows);  // dV += Pᵀ·dO
-  matmul_acc(t.dk + c.key0 * d, d, as_stored(t.dst, kBlockM), q.data, q.ld, c.cols, d, c.rows);         // dK += dSᵀ·Q
-  matmul_acc(dq_t, kBlockM, transposed(k.data, k.ld), t.dst, kBlockM, d, c.rows, c.cols);              // dQᵀ += Kᵀ·dSᵀ
-}
+  // One (query block, key block) step: recompute Pᵀ and dSᵀ, then dV += Pᵀ·dO, dK += dSᵀ·Q (into the
+  // task's accumulators at the key block's rows) and dQᵀ += Kᵀ·dSᵀ (into the query block's tile).
+  void step(const HeadView& hv, const TileCoords& c, float* dq_t) const {
+    const int64_t d = p.hdim_qk, dv = p.hdim_v, m_block = c.row0 / kBlockM;
+    const RowBlock k = rows_from(hv.k, t.k, c.key0, d), v = rows_from(hv.v, t.v, c.key0, dv);
+    score_tile(t.st, k, t.qt + m_block * d * kBlockM, d, c, p.options, hv.mask);
+    clear_tile(t.dst, c.cols, c.rows);
+    matmul_acc(t.dst, kBlockM, as_stored(v.data, v.ld), t.dot + m_block * dv * kBlockM, kBlockM, c.cols, c.rows, dv);  // dPᵀ
+    probs_and_dscores(t.st, t.dst, c.cols, c.rows, hv.lse + c.row0, t.delta + c.row0, score_chain(p.options));
+
+    const RowBlock q = rows_from(hv.q, t.q, c.row0, d), dout = rows_from(hv.dout, t.dout, c.row0, dv);
+    matmul_acc(t.dv + c.key0 * dv, dv, as_stored(t.st, kBlockM), dout.data, dout.ld, c.cols, dv, c.rows);  // dV += Pᵀ·dO
+    matmul_acc(t.dk + c.key0 * d, d, as_stored(t.dst, kBlockM), q.data, q.ld, c.cols, d, c.rows);         // dK += dSᵀ·Q
+    matmul_acc(dq_t, kBlockM, transposed(k.data, k.ld), t.dst, kBlockM, d, c.rows, c.cols);              // dQᵀ += Kᵀ·dSᵀ
+  }
+};
+
+// The same five products on bf16 operands (bf16 inputs only): K and V are read in place as the
+// products' A; Qᵀ, dOᵀ, Q and dO of every query block are packed in pairs once per query head, Kᵀ once
+// per task; P and dS are rounded to bf16 per step. Reductions of odd length run one longer on zeros.
+struct Bf16Products {
+  const BwdParams& p;
+  const BackwardScratch& t;
+
+  void prepare_keys(const HeadView& first_head) const {
+    const int64_t d = p.hdim_qk, len_k = first_head.seq.len_k;
+    for (int64_t key0 = 0; key0 < len_k; key0 += kBlockN)
+      load_transposed_bf16(t.kt + key0 * d, kBlockN, first_head.k, key0, std::min(kBlockN, len_k - key0), d);
+  }
+
+  void prepare_queries(const HeadView& hv) const {
+    const int64_t d = p.hdim_qk, dv = p.hdim_v, len_q = hv.seq.len_q;
+    for (int64_t row0 = 0; row0 < len_q; row0 += kBlockM) {
+      const int64_t rows = std::min(kBlockM, len_q - row0);
+      load_pairs_transposed(t.qt_pairs + row0 * d / 2, hv.q, row0, rows, d);
+      load_pairs_transposed(t.dot_pairs + row0 * dv / 2, hv.dout, row0, rows, dv);
+      load_pairs(t.q_pairs + row0 / 2 * d, d, hv.q, row0, rows, d);
+      load_pairs(t.do_pairs + row0 / 2 * dv, dv, hv.dout, row0, rows, dv);
+      block_delta(t.delta, hv, row0, rows, dv, row_block(hv.dout, row0, rows, dv, t.dout), t.rows);
+    }
+  }
+
+  void step(const HeadView& hv, const TileCoords& c, float* dq_t) const {
+    const int64_t d = p.hdim_qk, dv = p.hdim_v;
+    const int64_t rows_even = round_up_even(c.rows), cols_even = round_up_even(c.cols);
+    const Bf16Block k = bf16_block(hv.k, c.key0, c.cols, d, nullptr), v = bf16_block(hv.v, c.key0, c.cols, dv, nullptr);
+    score_tile_bf16(t.st, k, t.qt_pairs + c.row0 * d / 2, d, c, p.options, hv.mask);
+    clear_tile(t.dst, c.cols, c.rows);
+    matmul_acc_bf16(t.dst, kBlockM, v.data, v.ld, t.dot_pairs + c.row0 * dv / 2, kBlockM, c.cols, c.rows, dv);  // dPᵀ
+    probs_and_dscores(t.st, t.dst, c.cols, c.rows, hv.lse + c.row0, t.delta + c.row0, score_chain(p.options));
+    round_tile_bf16(t.pt, kBlockM, t.st, kBlockM, c.cols, c.rows, rows_even);
+    round_tile_bf16(t.dst_bf16, kBlockM, t.dst, kBlockM, c.cols, c.rows, rows_even);
+    pack_pairs_bf16(t.ds_pairs, kBlockM, t.dst, kBlockM, c.cols, c.rows);
+
+    matmul_acc_bf16(t.dv + c.key0 * dv, dv, t.pt, kBlockM, t.do_pairs + c.row0 / 2 * dv, dv, c.cols, dv, rows_even);
+    matmul_acc_bf16(t.dk + c.key0 * d, d, t.dst_bf16, kBlockM, t.q_pairs + c.row0 / 2 * d, d, c.cols, d, rows_even);
+    matmul_acc_bf16(dq_t, kBlockM, t.kt + c.key0 * d, kBlockN, t.ds_pairs, kBlockM, d, c.rows, cols_even);
+  }
+};
 
 // Key blocks per sweep over the query blocks (the backward's taller tile, as the forward's
 // kMaxQueryBlocksPerTask).
 constexpr int64_t kKeyBlocksPerSweep = 8;
 
 // One task: kv head h_kv of sequence b, key blocks split, split + splits, ...
-void backward_task(const BwdParams& p, const BackwardScratch& t, DqAccumulators& dq, int64_t b, int64_t h_kv,
-                   int64_t split) {
+template <class Products>
+void backward_task(const BwdParams& p, const BackwardScratch& t, const Products& products, DqAccumulators& dq,
+                   int64_t b, int64_t h_kv, int64_t split) {
   const int64_t d = p.hdim_qk, dv = p.hdim_v, group = p.group_size(), splits = dq.splits;
   const HeadView first_head(p, b, h_kv * group);
   const Sequence& seq = first_head.seq;
   const int64_t n_blocks = num_blocks(seq.len_k, kBlockN);
   if (split >= n_blocks) return;
-  widen_all(t.k, first_head.k, seq.len_k, d);
-  widen_all(t.v, first_head.v, seq.len_k, dv);
+  products.prepare_keys(first_head);
   std::fill(t.dk, t.dk + seq.len_k * d, 0.f);
   std::fill(t.dv, t.dv + seq.len_k * dv, 0.f);
 
@@ -168,7 +261,7 @@ void backward_task(const BwdParams& p, const BackwardScratch& t, DqAccumulators&
   const int64_t group_stride = kKeyBlocksPerSweep * splits;
   for (int64_t h = h_kv * group; h < (h_kv + 1) * group && seq.len_q > 0; ++h) {
     const HeadView hv(p, b, h);
-    prepare_queries(p, t, hv);
+    products.prepare_queries(hv);
     for (int64_t first = split; first < n_blocks; first += group_stride) {
       const int64_t last = std::min(first + group_stride - splits, (n_blocks - 1 - split) / splits * splits + split);
       const Range rows = hv.mask.rows_of_keys({first * kBlockN, std::min(seq.len_k, (last + 1) * kBlockN)});
@@ -178,8 +271,7 @@ void backward_task(const BwdParams& p, const BackwardScratch& t, DqAccumulators&
           const int64_t key0 = n_block * kBlockN, cols = std::min(kBlockN, seq.len_k - key0);
           const Range seen_by = hv.mask.rows_of_keys({key0, key0 + cols});
           if (seen_by.empty() || row0 >= seen_by.end || row0 + m_rows <= seen_by.begin) continue;
-          backward_step(p, t, hv, {row0, m_rows, key0, cols}, rows_from(hv.k, t.k, key0, d),
-                        rows_from(hv.v, t.v, key0, dv), dq.tile(split, b, h, m_block));
+          products.step(hv, {row0, m_rows, key0, cols}, dq.tile(split, b, h, m_block));
         }
       }
     }
@@ -218,6 +310,7 @@ Status backward(const BwdParams& p) {
   const int threads = static_cast<int>(std::min(max_threads, std::max(tasks, dq_tasks)));
   ThreadScratch scratch(threads, BackwardScratch::floats(p));
   DqAccumulators dq(p, splits);
+  const bool bf16 = bf16_products(p);
 
 #pragma omp parallel num_threads(threads)
   {
@@ -226,7 +319,10 @@ Status backward(const BwdParams& p) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t bh = task / splits;
-      backward_task(p, t, dq, bh / p.heads_kv, bh % p.heads_kv, task % splits);
+      if (bf16)
+        backward_task(p, t, Bf16Products{p, t}, dq, bh / p.heads_kv, bh % p.heads_kv, task % splits);
+      else
+        backward_task(p, t, FloatProducts{p, t}, dq, bh / p.heads_kv, bh % p.heads_kv, task % splits);
     }
 #pragma omp for schedule(static)
     for (int64_t task = 0; task < dq_tasks; ++task) {

@@ -81,10 +81,29 @@ inline void matmul_acc_loops(float* c, int64_t ldc, MatA a, const float* b, int6
   if (i < m) matmul_acc_rows(c + i * ldc, ldc, a.rows_from(i), b, ldb, m - i, n, k);
 }
 
+// The bf16 product (matmul_acc_bf16 below) without a bf16 kernel: both operands widened to float,
+// then the loops above.
+void matmul_acc_bf16_loops(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint32_t* b_pairs,
+                           int64_t ldb, int64_t m, int64_t n, int64_t k);
+
 }  // namespace detail
 
 // C[m × n] += A[m × k] · B[k × n]; C and B row-major with leading dimensions ldc, ldb.
 void matmul_acc(float* c, int64_t ldc, MatA a, const float* b, int64_t ldb, int64_t m, int64_t n, int64_t k);
+
+// The bf16 product: C[m × n] += A[m × k] · B[k × n] with bf16 operands and float C. A is row-major
+// bf16 with leading dimension lda; B comes in row pairs (VNNI layout, what the dot-product
+// instructions on bf16 pairs, vdpbf16ps, read): the 32-bit word b_pairs[(kk / 2) * ldb + j] holds
+// element (kk, j) in its low half for even kk, in its high half for odd kk. k is even (callers pad
+// the odd row of B and column of A with zeros). On libxsmm's bf16 kernels where the CPU has them, else on a loop that multiplies the same
+// bf16 values in float (the same products, summed in another order).
+void matmul_acc_bf16(float* c, int64_t ldc, const uint16_t* a, int64_t lda, const uint32_t* b_pairs, int64_t ldb,
+                     int64_t m, int64_t n, int64_t k);
+
+// Whether this CPU multiplies bf16 in bf16 (AVX512-BF16: libxsmm's target cpx or later), where the
+// bf16 products above run at about twice the float ones' rate. Without it the backend widens bf16
+// tiles to float and runs matmul_acc.
+bool bf16_products_native();
 
 // What runs matmul_acc, for the benchmark's record: "libxsmm <target>" (e.g. "libxsmm hsw" for
 // AVX2, "libxsmm skx" for AVX-512) or "loops".

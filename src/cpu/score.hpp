@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cpu/bf16_tiles.hpp"
 #include "cpu/mask.hpp"
 #include "cpu/matmul.hpp"
 #include "cpu/row_ops.hpp"
@@ -43,16 +44,36 @@ inline ScoreTransform score_transform(const AttentionOptions& options) {
   return {scale, cap, cap > 0.f ? scale / cap : 0.f};
 }
 
+// Rows [0, keys) × columns [0, queries) of a transposed tile set to 0, for a product to add into.
+inline void clear_tile(float* st, int64_t keys, int64_t queries) {
+  for (int64_t j = 0; j < keys; ++j) std::fill(st + j * kBlockM, st + j * kBlockM + queries, 0.f);
+}
+
+// st holds the dot products q·k of a tile: transform them into scores, then −inf where masked.
+inline void finish_score_tile(float* st, const TileCoords& t, const AttentionOptions& options,
+                              const VisibleKeys& mask) {
+  finish_scores(st, t.cols, t.rows, score_transform(options));
+  for (int64_t j = 0; j < t.cols; ++j) mask.mask_key(st + j * kBlockM, t.key0 + j, t.row0, t.rows);
+}
+
 // The score tile, transposed: st[j * kBlockM + i] = score of query row0 + i against key key0 + j:
 //   (q_i · k_j) · scale, then softcap · tanh(· / softcap) when softcap > 0, then −inf where masked.
 // keys is the key block [cols][d] as stored (read in place: Sᵀ = K·Qᵀ needs no transposed copy of
 // K); qt the query block transposed [d][kBlockM].
 inline void score_tile(float* st, RowBlock keys, const float* qt, int64_t d, const TileCoords& t,
                        const AttentionOptions& options, const VisibleKeys& mask) {
-  for (int64_t j = 0; j < t.cols; ++j) std::fill(st + j * kBlockM, st + j * kBlockM + t.rows, 0.f);
+  clear_tile(st, t.cols, t.rows);
   matmul_acc(st, kBlockM, as_stored(keys.data, keys.ld), qt, kBlockM, t.cols, t.rows, d);
-  finish_scores(st, t.cols, t.rows, score_transform(options));
-  for (int64_t j = 0; j < t.cols; ++j) mask.mask_key(st + j * kBlockM, t.key0 + j, t.row0, t.rows);
+  finish_score_tile(st, t, options, mask);
+}
+
+// The same from bf16 operands (bf16_tiles.hpp): the key block as stored and the query block
+// transposed in pairs [d / 2][kBlockM].
+inline void score_tile_bf16(float* st, Bf16Block keys, const uint32_t* qt_pairs, int64_t d, const TileCoords& t,
+                            const AttentionOptions& options, const VisibleKeys& mask) {
+  clear_tile(st, t.cols, t.rows);
+  matmul_acc_bf16(st, kBlockM, keys.data, keys.ld, qt_pairs, kBlockM, t.cols, t.rows, d);
+  finish_score_tile(st, t, options, mask);
 }
 
 // The chain rule back through score_tile (tile_math.cpp's probs_and_dscores applies it): d(score)/d(q·k) from the score s it produced (finite:

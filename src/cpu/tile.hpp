@@ -40,6 +40,9 @@ class ThreadScratch {
       used_ += round_up(floats);
       return p;
     }
+    // bf16 elements, and 32-bit words (bf16 pairs), from the same float storage.
+    uint16_t* take_bf16(int64_t n) { return reinterpret_cast<uint16_t*>(take((n + 1) / 2)); }
+    uint32_t* take_words(int64_t n) { return reinterpret_cast<uint32_t*>(take(n)); }
     int64_t used() const { return used_; }
 
    private:

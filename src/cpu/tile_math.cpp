@@ -125,6 +125,41 @@ void sum_transposed_tiles(float* dst, int64_t ld, const float* const* parts, int
   }
 }
 
+namespace {
+// float_to_bf16 (convert.hpp) without a branch, so that the loops below vectorize: NaN stays a quiet
+// NaN, everything else rounds to nearest even.
+inline uint32_t bf16_bits(float f) {
+  const uint32_t u = float_to_bits(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return (u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded;
+}
+}  // namespace
+
+FLASHATTN_CLONES
+void round_tile_bf16(uint16_t* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols,
+                     int64_t cols_even) {
+  for (int64_t r = 0; r < rows; ++r) {
+    uint16_t* __restrict out = dst + r * ldd;
+    const float* __restrict in = src + r * lds;
+    for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<uint16_t>(bf16_bits(in[c]));
+    for (int64_t c = cols; c < cols_even; ++c) out[c] = 0;
+  }
+}
+
+FLASHATTN_CLONES
+void pack_pairs_bf16(uint32_t* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; r += 2) {
+    uint32_t* __restrict out = dst + r / 2 * ldd;
+    const float* __restrict even = src + r * lds;
+    if (r + 1 < rows) {
+      const float* __restrict odd = even + lds;
+      for (int64_t c = 0; c < cols; ++c) out[c] = bf16_bits(even[c]) | bf16_bits(odd[c]) << 16;
+    } else {
+      for (int64_t c = 0; c < cols; ++c) out[c] = bf16_bits(even[c]);
+    }
+  }
+}
+
 FLASHATTN_CLONES
 void widen_bf16(float* dst, const uint16_t* src, int64_t n) {
   for (int64_t c = 0; c < n; ++c) dst[c] = bf16_to_float(src[c]);

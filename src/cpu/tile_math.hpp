@@ -50,6 +50,15 @@ void transpose_into_tile(float* dst, const float* src, int64_t ld, int64_t queri
 void sum_transposed_tiles(float* dst, int64_t ld, const float* const* parts, int64_t n_parts, int64_t queries,
                           int64_t cols);
 
+// Probabilities and dS rounded to bf16 for the bf16 products (matmul_acc_bf16), from a float tile of
+// `rows` rows × `cols` columns (row stride lds), with zeros where the products' even k pads the tile:
+// round_tile_bf16 writes the plain tile dst[r * ldd + c] with columns [cols, cols_even) zero (the
+// products' A); pack_pairs_bf16 writes rows in pairs (their B): word dst[(r / 2) * ldd + c] holds
+// rows r (low half) and r + 1 (high half) of column c, the row past an odd `rows` zero.
+void round_tile_bf16(uint16_t* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols,
+                     int64_t cols_even);
+void pack_pairs_bf16(uint32_t* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols);
+
 // dst[c] = src[c] widened from bf16 / f16 bits, c < n (the f32 case does not come here).
 void widen_bf16(float* dst, const uint16_t* src, int64_t n);
 void widen_f16(float* dst, const uint16_t* src, int64_t n);

@@ -370,6 +370,36 @@ TEST(CudaFwdSm90, Hdim64) {
   p.causal = true;
   run_sm90(p);
 }
+// D = 64 with a mask on long query sequences: the tall tile (three consumers, 192 rows; fwd_tall_tiles),
+// with a ragged last block (2100 = 10 · 192 + 180), causal and a GQA window, padded and varlen.
+TEST(CudaFwdSm90, TallTilesCausalHdim64) {
+  Problem p;
+  p.batch = 1;
+  p.sq = 2100;
+  p.sk = 2230;
+  p.causal = true;
+  run_sm90(p);
+}
+TEST(CudaFwdSm90, TallTilesWindowGqaHdim64) {
+  Problem p;
+  p.batch = 1;
+  p.sq = p.sk = 2049;
+  p.h = 4;
+  p.hk = 1;
+  p.left = 300;
+  p.right = 17;
+  run_sm90(p);
+}
+TEST(CudaFwdSm90, TallTilesVarlenCausalHdim64) {
+  Problem p;
+  p.batch = 2;
+  p.lens_q = {2500, 1700};
+  p.lens_k = {2500, 1900};
+  p.sq = p.sk = 2500;
+  p.causal = true;
+  p.varlen_pad = 5;
+  run_sm90(p);
+}
 TEST(CudaFwdSm90, Hdim192Gqa) {  // 128 × 112 tiles: lengths off both
   Problem p;
   p.sq = 300;

@@ -52,7 +52,7 @@ Status check_sizes(const FwdParams& p, int head_dim) {
     return Status::unsupported(std::string(kWho) + ": sequences longer than " + std::to_string(kMaxSeqlen) +
                                " are not supported");
   }
-  const int64_t block_m = fwd_shape(head_dim, mask_of(p.options).has_mask()).block_m();
+  const int64_t block_m = fwd_shape_of(p, head_dim).block_m();
   const int64_t m_blocks = (p.seqlen_q + block_m - 1) / block_m;
   if (p.is_varlen() && (p.total_q > kMaxPackedRows || p.total_k > kMaxPackedRows)) {
     return Status::unsupported(std::string(kWho) + ": varlen tensors of " + std::to_string(p.total_q) + " query and " +
@@ -73,7 +73,7 @@ Status check_sizes(const FwdParams& p, int head_dim) {
 
 // The views as TMA sees them (check_tile_map), and out for the epilogue's 4-byte stores.
 Status check_layout(const FwdParams& p, int head_dim) {
-  const FwdMapSpecs specs = fwd_map_specs(p, fwd_shape(head_dim, mask_of(p.options).has_mask()));
+  const FwdMapSpecs specs = fwd_map_specs(p, fwd_shape_of(p, head_dim));
   const int64_t rows_q = fwd_map_rows_q(p);
   if (rows_q == 0) return Status::success();  // nothing is loaded or written
   FLASHATTN_TRY(check_tile_map(p.dtype, specs.q, "cuda sm90 forward: q"));

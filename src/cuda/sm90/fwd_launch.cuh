@@ -100,16 +100,25 @@ Status fwd_device_check_traits() {
   return check_kernel_fits(kFwdWho, &fwd_kernel<Traits>, Traits::kShape.smem_bytes(), Traits::kD, checked);
 }
 
+// The traits of the call's tile (fwd_shape_of), handed to f: the tall masked tile is compiled for
+// D = 64 only.
+template <class Tag, int kHeadDim, class F>
+Status with_fwd_traits(const FwdParams& p, F&& f) {
+  if (!mask_of(p.options).has_mask()) return f(FwdTraits<Tag, kHeadDim, false>{});
+  if constexpr (kHeadDim <= 64) {
+    if (fwd_tall_tiles(p, kHeadDim)) return f(FwdTraits<Tag, kHeadDim, true, true>{});
+  }
+  return f(FwdTraits<Tag, kHeadDim, true>{});
+}
+
 template <class Tag, int kHeadDim>
 Status fwd_run(const FwdParams& p) {
-  if (mask_of(p.options).has_mask()) return fwd_launch<FwdTraits<Tag, kHeadDim, true>>(p);
-  return fwd_launch<FwdTraits<Tag, kHeadDim, false>>(p);
+  return with_fwd_traits<Tag, kHeadDim>(p, [&](auto traits) { return fwd_launch<decltype(traits)>(p); });
 }
 
 template <class Tag, int kHeadDim>
 Status fwd_device_check(const FwdParams& p) {
-  if (mask_of(p.options).has_mask()) return fwd_device_check_traits<FwdTraits<Tag, kHeadDim, true>>();
-  return fwd_device_check_traits<FwdTraits<Tag, kHeadDim, false>>();
+  return with_fwd_traits<Tag, kHeadDim>(p, [](auto traits) { return fwd_device_check_traits<decltype(traits)>(); });
 }
 
 }  // namespace flashattn::cuda::sm90

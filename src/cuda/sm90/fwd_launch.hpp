@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "backend/params.hpp"
+#include "cuda/sm90/fwd_shape.hpp"
 
 namespace flashattn::cuda::sm90 {
 
@@ -16,6 +17,18 @@ namespace flashattn::cuda::sm90 {
 // but without the overlap of one tile's loads with the previous tile's end.
 inline bool fwd_dynamic_schedule(const FwdParams& p) { return mask_of(p.options).has_mask() || p.is_varlen(); }
 inline std::size_t fwd_workspace_bytes(const FwdParams& p) { return fwd_dynamic_schedule(p) ? sizeof(int) : 0; }
+
+// The tile of a call (fwd_shape.hpp), one rule for the plan and the launch: D = 64 with a mask takes
+// the tall tile (three consumers) when its query sequences are long, 2048 rows or more on average
+// (a padded batch's seqlen_q; varlen: total_q / batch).
+inline bool fwd_tall_tiles(const FwdParams& p, int head_dim) {
+  if (head_dim > 64 || !mask_of(p.options).has_mask()) return false;
+  const int64_t mean_rows = !p.is_varlen() ? p.seqlen_q : p.batch > 0 ? p.total_q / p.batch : 0;
+  return mean_rows >= 2048;
+}
+inline FwdShape fwd_shape_of(const FwdParams& p, int head_dim) {
+  return fwd_shape(head_dim, mask_of(p.options).has_mask(), fwd_tall_tiles(p, head_dim));
+}
 
 // Builds the tensor maps and launches the kernel of (Tag, D) on params.stream; never synchronizes.
 // The params have passed the plan (cc 9.0, padded batch, head dims ≤ D, layouts TMA accepts).

@@ -43,15 +43,17 @@ struct FwdShape {
 };
 
 // FlashAttention-3's tiles, measured there. D = 64: three consumers (192 × 128: more math per K/V
-// byte and per softmax than 128 × 128); two with a mask (at 160 registers the masked kernel spilled
-// 152 bytes, and short causal sequences waste less of a 128-row block). D = 128: two, 176-key blocks without a mask (fewer rounds
+// byte and per softmax than 128 × 128); with a mask two (128 × 128) unless the query sequences are
+// long (`tall`, fwd_tall_tiles in fwd_launch.hpp): a 192-row tile's ragged last block wastes 12 % of
+// the rows at 512 and 1k (measured −9 and −12 % causal on the H200), while from 2k on the taller tile
+// wins (+1 % at 2k, +4 % at 4k, +11–12 % at 8k–16k). D = 128: two, 176-key blocks without a mask (fewer rounds
 // of the fixed per-block costs: waits, turns, row reductions; S 88 + P 44 + O 64 registers; 208 KB),
 // 128 with one (the diagonal block is cut anyway). D = 256: two with 80-key blocks (O's 128 floats
 // per thread beside S stay within 240 registers; 225 KB), 64 with a mask (80 spills a word there).
 // D = 192 (also hdim_qk 192 with hdim_v 128): 128 × 112 with or without a mask (FlashAttention-3's:
 // Q 48 KB + 2 × (42 + 42) KB = 217 KB; O 96 + S 56 + P 28 registers).
-constexpr FwdShape fwd_shape(int head_dim, bool masked) {
-  return head_dim <= 64    ? FwdShape{head_dim, masked ? 2 : 3, 128, 2}
+constexpr FwdShape fwd_shape(int head_dim, bool masked, bool tall = false) {
+  return head_dim <= 64    ? FwdShape{head_dim, masked && !tall ? 2 : 3, 128, 2}
          : head_dim <= 128 ? FwdShape{head_dim, 2, masked ? 128 : 176, 2}
          : head_dim <= 192 ? FwdShape{head_dim, 2, 112, 2}
                            : FwdShape{head_dim, 2, masked ? 64 : 80, 2};

@@ -35,10 +35,10 @@ struct FwdKernelParams {
   ScoreTransform scores;
 };
 
-template <class TagT, int kHeadDim, bool kMaskedT>
+template <class TagT, int kHeadDim, bool kMaskedT, bool kTall = false>
 struct FwdTraits {
   using Tag = TagT;
-  static constexpr FwdShape kShape = fwd_shape(kHeadDim, kMaskedT);
+  static constexpr FwdShape kShape = fwd_shape(kHeadDim, kMaskedT, kTall);
   static constexpr int kD = kHeadDim, kBlockM = kShape.block_m(), kBlockN = kShape.block_n;
   static constexpr int kConsumers = kShape.consumers, kStages = kShape.stages;
   static constexpr int kThreads = kShape.threads(), kConsumerThreads = kConsumers * kWarpgroupThreads;

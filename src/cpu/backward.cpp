@@ -60,7 +60,7 @@ struct HeadView {
 bool in_place(const InRows& rows, int64_t cols) { return rows.dtype == DType::f32 && rows.row_stride >= cols; }
 
 // Rows from row0 on of a tensor, as the products read them: in place, or in its widened copy
-// `widened` [len][cols] (filled by widen_all).
+// `widened` [len][cols] (filled by widen_all, or per key block by prepare_keys).
 RowBlock rows_from(const InRows& src, const float* widened, int64_t row0, int64_t cols) {
   if (in_place(src, cols)) return {static_cast<const float*>(src.data) + src.at(row0), src.row_stride};
   return {widened + row0 * cols, cols};
@@ -95,12 +95,12 @@ struct BackwardScratch {
   uint16_t* dst_bf16 = nullptr;   // [kBlockN][kBlockM]              dSᵀ·scale (dK)
   uint32_t* ds_pairs = nullptr;   // [kBlockN / 2][kBlockM]          the same in pairs (dQᵀ)
 
-  static BackwardScratch carve(ThreadScratch::Carver& c, const BwdParams& p) {
+  static BackwardScratch carve(ThreadScratch::Carver& c, const BwdParams& p, bool bf16) {
     const int64_t d = p.hdim_qk, dv = p.hdim_v, len_q = p.seqlen_q, len_k = p.seqlen_k;
     const int64_t m_rows = num_blocks(len_q, kBlockM) * kBlockM, n_rows = num_blocks(len_k, kBlockN) * kBlockN;
     BackwardScratch t{c.take(len_q), c.take(len_k * d), c.take(len_k * dv), c.take(kBlockN * kBlockM),
                       c.take(kBlockN * kBlockM), c.take(kBlockM * std::max(d, dv))};
-    if (bf16_products(p)) {
+    if (bf16) {
       t.qt_pairs = c.take_words(m_rows * d / 2);
       t.dot_pairs = c.take_words(m_rows * dv / 2);
       t.q_pairs = c.take_words(m_rows / 2 * d);
@@ -123,9 +123,9 @@ struct BackwardScratch {
     t.v = c.take(wv * dv);
     return t;
   }
-  static int64_t floats(const BwdParams& p) {
+  static int64_t floats(const BwdParams& p, bool bf16) {
     ThreadScratch::Carver counter(nullptr);
-    carve(counter, p);
+    carve(counter, p, bf16);
     return counter.used();
   }
 };
@@ -158,10 +158,14 @@ struct FloatProducts {
   const BwdParams& p;
   const BackwardScratch& t;
 
-  // Per task: K and V of the kv head, widened when they are not float.
-  void prepare_keys(const HeadView& first_head) const {
-    widen_all(t.k, first_head.k, first_head.seq.len_k, p.hdim_qk);
-    widen_all(t.v, first_head.v, first_head.seq.len_k, p.hdim_v);
+  // Per task: K and V of the task's key blocks, widened when they are not float.
+  void prepare_keys(const HeadView& first_head, int64_t split, int64_t splits) const {
+    const int64_t d = p.hdim_qk, dv = p.hdim_v, len_k = first_head.seq.len_k;
+    for (int64_t key0 = split * kBlockN; key0 < len_k; key0 += splits * kBlockN) {
+      const int64_t cols = std::min(kBlockN, len_k - key0);
+      if (!in_place(first_head.k, d)) load_tile(t.k + key0 * d, d, first_head.k, key0, cols, d);
+      if (!in_place(first_head.v, dv)) load_tile(t.v + key0 * dv, dv, first_head.v, key0, cols, dv);
+    }
   }
 
   // Per query head: Qᵀ and dOᵀ of every query block, D, and the widened Q and dO when they are not
@@ -203,9 +207,10 @@ struct Bf16Products {
   const BwdParams& p;
   const BackwardScratch& t;
 
-  void prepare_keys(const HeadView& first_head) const {
+  // Per task: Kᵀ of the task's key blocks.
+  void prepare_keys(const HeadView& first_head, int64_t split, int64_t splits) const {
     const int64_t d = p.hdim_qk, len_k = first_head.seq.len_k;
-    for (int64_t key0 = 0; key0 < len_k; key0 += kBlockN)
+    for (int64_t key0 = split * kBlockN; key0 < len_k; key0 += splits * kBlockN)
       load_transposed_bf16(t.kt + key0 * d, kBlockN, first_head.k, key0, std::min(kBlockN, len_k - key0), d);
   }
 
@@ -224,6 +229,7 @@ struct Bf16Products {
   void step(const HeadView& hv, const TileCoords& c, float* dq_t) const {
     const int64_t d = p.hdim_qk, dv = p.hdim_v;
     const int64_t rows_even = round_up_even(c.rows), cols_even = round_up_even(c.cols);
+    // In place, never gathered (no tile): bf16_products admits only K, V rows that do not overlap.
     const Bf16Block k = bf16_block(hv.k, c.key0, c.cols, d, nullptr), v = bf16_block(hv.v, c.key0, c.cols, dv, nullptr);
     score_tile_bf16(t.st, k, t.qt_pairs + c.row0 * d / 2, d, c, p.options, hv.mask);
     clear_tile(t.dst, c.cols, c.rows);
@@ -252,7 +258,7 @@ void backward_task(const BwdParams& p, const BackwardScratch& t, const Products&
   const Sequence& seq = first_head.seq;
   const int64_t n_blocks = num_blocks(seq.len_k, kBlockN);
   if (split >= n_blocks) return;
-  products.prepare_keys(first_head);
+  products.prepare_keys(first_head, split, splits);
   std::fill(t.dk, t.dk + seq.len_k * d, 0.f);
   std::fill(t.dv, t.dv + seq.len_k * dv, 0.f);
 
@@ -308,14 +314,14 @@ Status backward(const BwdParams& p) {
   const int64_t splits = std::clamp<int64_t>(num_blocks(max_threads, kv_heads), 1, std::min<int64_t>(64, std::max<int64_t>(n_blocks, 1)));
   const int64_t tasks = kv_heads * splits, dq_tasks = p.batch * p.heads_q * m_blocks;
   const int threads = static_cast<int>(std::min(max_threads, std::max(tasks, dq_tasks)));
-  ThreadScratch scratch(threads, BackwardScratch::floats(p));
-  DqAccumulators dq(p, splits);
   const bool bf16 = bf16_products(p);
+  ThreadScratch scratch(threads, BackwardScratch::floats(p, bf16));
+  DqAccumulators dq(p, splits);
 
 #pragma omp parallel num_threads(threads)
   {
     ThreadScratch::Carver carver(scratch.of_thread(omp_get_thread_num()));
-    const BackwardScratch t = BackwardScratch::carve(carver, p);
+    const BackwardScratch t = BackwardScratch::carve(carver, p, bf16);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t bh = task / splits;

@@ -8,6 +8,7 @@ interleaved, CUDA events around each call (GPU idle before, as the benchmark):
   sdpa-flash    torch.autograd.grad of PyTorch's SDPA output, flash backend (the benchmark's torch-flash)
 
   python python/tools/backward_gap.py --lib build/libflashattn_c.so [--seqlen 16384 --hdim 128 --causal]
+  GQA: --seqlen 16384 --batch 2 --heads 32 --heads-kv 8 --causal
 """
 import os
 import sys
@@ -25,8 +26,9 @@ from gap_timing import cell_args, report_interleaved  # noqa: E402
 
 def main():
     a = cell_args(__doc__, seqlen=16384, hdim=128, reps=20)
-    s, d, b, h = a.seqlen, a.hdim, a.batch, a.heads
-    q, k, v, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    s, d, b, h, hk = a.seqlen, a.hdim, a.batch, a.heads, a.heads_kv
+    q, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(b, s, hk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     fa = FlashAttn(a.lib)
     out = torch.empty_like(q)
     lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
@@ -49,7 +51,7 @@ def main():
     from torch.nn.attention import SDPBackend, sdpa_kernel
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         o_sdpa = torch.nn.functional.scaled_dot_product_attention(
-            qg.transpose(1, 2), kg.transpose(1, 2), vg.transpose(1, 2), is_causal=a.causal)
+            qg.transpose(1, 2), kg.transpose(1, 2), vg.transpose(1, 2), is_causal=a.causal, enable_gqa=hk != h)
     do_t = do.transpose(1, 2)
     ways = {
         "c-api": lambda: fa.backward(args),

@@ -13,7 +13,8 @@ from bench_gpu import balanced_orders, rounded_reps  # noqa: E402
 
 def cell_args(doc, seqlen, hdim, reps, lib=True, profile=True):
     """--seqlen, --hdim, --causal, --reps, and --lib and --profile where asked for; the grid's batch =
-    16k / seqlen and heads = 2048 / hdim."""
+    16k / seqlen and heads = 2048 / hdim unless --batch / --heads say otherwise; --heads-kv for GQA
+    (default: heads)."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     if lib:
         p.add_argument("--lib", required=True, help="libflashattn_c.so")
@@ -24,8 +25,13 @@ def cell_args(doc, seqlen, hdim, reps, lib=True, profile=True):
     if profile:
         p.add_argument("--profile", action="store_true",
                        help="also profile 3 calls of each way: launch delay, kernels, CUDA API calls")
+    p.add_argument("--batch", type=int, default=0)
+    p.add_argument("--heads", type=int, default=0)
+    p.add_argument("--heads-kv", type=int, default=0)
     a = p.parse_args()
-    a.batch, a.heads = 16384 // a.seqlen, 2048 // a.hdim
+    a.batch = a.batch or 16384 // a.seqlen
+    a.heads = a.heads or 2048 // a.hdim
+    a.heads_kv = a.heads_kv or a.heads
     return a
 
 

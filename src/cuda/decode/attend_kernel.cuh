@@ -43,9 +43,8 @@ struct AttendWork {
 // blockIdx = (split, m_block + num_m_blocks·h_kv, b). A sequence's visible key blocks are divided
 // evenly over the splits by its real length (split_blocks): a split past the end is empty and only
 // reports so.
-// keys_of(b): the keys sequence b attends to (its length, read on the device; or an assumed one).
-template <class Traits, class KeysOf>
-__device__ __forceinline__ AttendWork attend_work_with(const AttendParams& p, KeysOf keys_of) {
+template <class Traits>
+__device__ __forceinline__ AttendWork attend_work(const AttendParams& p) {
   AttendWork w;
   w.split = static_cast<int>(blockIdx.x);
   w.h_kv = static_cast<int>(blockIdx.y) / p.num_m_blocks;
@@ -55,7 +54,7 @@ __device__ __forceinline__ AttendWork attend_work_with(const AttendParams& p, Ke
   w.i_first = w.r0 / p.group_size;
   w.i_last = (w.r0 + w.rows - 1) / p.group_size;
   w.mask.seqlen_q = p.seqlen_q;
-  w.mask.seqlen_k = keys_of(w.b);
+  w.mask.seqlen_k = p.index.keys(w.b);
   w.mask.left = p.window_left;
   w.mask.right = p.window_right;
   const int first = w.mask.n_block_begin(w.i_first, Traits::kBlockN);
@@ -64,10 +63,6 @@ __device__ __forceinline__ AttendWork attend_work_with(const AttendParams& p, Ke
   w.n_begin = mine.begin;
   w.n_end = mine.end;
   return w;
-}
-template <class Traits>
-__device__ __forceinline__ AttendWork attend_work(const AttendParams& p) {
-  return attend_work_with<Traits>(p, [&](int b) { return p.index.keys(b); });
 }
 
 // Q's packed rows → shared memory (cp.async; rows past the tile's and columns past hdim_qk zeroed).
@@ -116,13 +111,6 @@ struct PagedRowOffsets {
   __device__ __forceinline__ int entry_for(const AttendWork& w, int n) const {
     const int key = n * kBlockN + row;
     return key < w.mask.seqlen_k ? rows.entry_of(key) : 0;
-  }
-  // The entry of row `row` of block n where the split would begin if the sequence filled its table
-  // row (`full`: the split's work for a length of the capacity), read before the length is known: what a split of a
-  // full sequence starts from, so that its first table reads do not wait for the length.
-  __device__ __forceinline__ int entry_if_full(const AttendWork& full, int n, int capacity) const {
-    const int key = n * kBlockN + row;
-    return n < full.n_end && key < capacity ? rows.entry_of(key) : 0;
   }
   __device__ __forceinline__ int32_t* entry_slot(int slot) const { return entries + (slot * 2 + side) * kBlockN + row; }
   __device__ __forceinline__ void fetch_entry(const AttendWork& w, int n, int slot) const {
@@ -318,20 +306,6 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
 
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  // Paged: the first blocks' table entries as if the sequence filled its table row, read beside
-  // its length (one memory latency before the first K/V load instead of two); used when the split
-  // begins there.
-  [[maybe_unused]] PagedRowOffsets<Traits> paged;
-  [[maybe_unused]] int full_begin = 0, full_entries[kStages];
-  if constexpr (Traits::kPaged) {
-    const AttendWork full = attend_work_with<Traits>(p, [&](int) { return p.index.capacity; });
-    paged.side = tid / Traits::kBlockN;
-    paged.row = tid % Traits::kBlockN;
-    paged.rows = p.index.template key_rows<true>(paged.side == 0 ? p.k : p.v, full.b, full.h_kv);
-    full_begin = full.n_begin;
-#pragma unroll
-    for (int k = 0; k < kStages; ++k) full_entries[k] = paged.entry_if_full(full, full.n_begin + k, p.index.capacity);
-  }
   const AttendWork w = attend_work<Traits>(p);
   if (w.n_begin >= w.n_end && p.num_splits > 1) {
     report_empty_split<Traits>(p, w, tid);
@@ -354,9 +328,13 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
   const char* v_data = static_cast<const char*>(p.v.data);
   // Paged: block m's row offsets are in ring buffer (m − n_begin) % kStages, the index of the K/V
   // stage it loads into.
+  [[maybe_unused]] PagedRowOffsets<Traits> paged;
   if constexpr (Traits::kPaged) {
     paged.ring = reinterpret_cast<int64_t*>(smem + Traits::kRowOffsetsOffset);
     paged.entries = reinterpret_cast<int32_t*>(smem + Traits::kEntriesOffset);
+    paged.side = tid / Traits::kBlockN;
+    paged.row = tid % Traits::kBlockN;
+    paged.rows = paged.side == 0 ? k_rows : v_rows;
   }
   auto load_block = [&](int n, int stage) {
     int64_t k_off[Traits::kLoadRows], v_off[Traits::kLoadRows];
@@ -389,10 +367,7 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
   if constexpr (Traits::kPaged) {
     int first_entries[kStages];
 #pragma unroll
-    for (int k = 0; k < kStages; ++k) {
-      first_entries[k] = w.n_begin == full_begin ? full_entries[k]
-                         : w.n_begin + k < w.n_end ? paged.entry_for(w, w.n_begin + k) : 0;
-    }
+    for (int k = 0; k < kStages; ++k) first_entries[k] = w.n_begin + k < w.n_end ? paged.entry_for(w, w.n_begin + k) : 0;
 #pragma unroll
     for (int k = 0; k < kStages; ++k) {
       if (w.n_begin + k < w.n_end) paged.stage(w, w.n_begin + k, k, first_entries[k]);

@@ -6,6 +6,11 @@ interleaved, CUDA events around each call (GPU idle before, as the benchmark):
   bwd-op        torch.ops.flashattn.bwd called directly (the operator without autograd)
   autograd      torch.autograd.grad of flash_attn_func's output (what the benchmark's flashattn-py times)
   sdpa-flash    torch.autograd.grad of PyTorch's SDPA output, flash backend (the benchmark's torch-flash)
+With --placement, which buffer's placement moves the kernels' own time (c-api against c-api+alloc):
+  c-api+ws      the C API with the workspace allocated per call, dq/dk/dv reused
+  c-api+outs    the C API with dq/dk/dv allocated per call, the workspace reused
+  c-api-again   the C API on a second set of buffers allocated once, after everything else (is it
+                where the buffers lie, or that they are allocated per call?)
 
   python python/tools/backward_gap.py --lib build/libflashattn_c.so [--seqlen 16384 --hdim 128 --causal]
   GQA: --seqlen 16384 --batch 2 --heads 32 --heads-kv 8 --causal
@@ -44,6 +49,19 @@ def main():
         fa.backward(x)
         return ws
 
+    def c_api_ws():
+        x = fa.args(q, k, v, out, lse, do, dq, dk, dv, causal=a.causal)
+        ws = fa.with_workspace(x, True, q.device)
+        fa.backward(x)
+        return ws
+
+    def c_api_outs():
+        g = [torch.empty_like(t) for t in (q, k, v)]
+        x = fa.args(q, k, v, out, lse, do, *g, causal=a.causal)
+        x.workspace, x.workspace_bytes = args.workspace, args.workspace_bytes
+        fa.backward(x)
+        return g
+
     scale = d ** -0.5
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
     o = flashattn.flash_attn_func(qg, kg, vg, causal=a.causal)
@@ -61,6 +79,11 @@ def main():
         "autograd": lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True),
         "sdpa-flash": lambda: torch.autograd.grad(o_sdpa, (qg, kg, vg), do_t, retain_graph=True),
     }
+    if a.placement:
+        again = [torch.empty_like(t) for t in (q, k, v)]
+        args_again = fa.args(q, k, v, out, lse, do, *again, causal=a.causal)
+        keep_again = fa.with_workspace(args_again, True, q.device)
+        ways.update({"c-api+ws": c_api_ws, "c-api+outs": c_api_outs, "c-api-again": lambda: fa.backward(args_again)})
     report_interleaved(ways, a.reps, 2.5 * 4 * b * h * s * s * d / (2 if a.causal else 1), a.profile)
 
 

@@ -25,6 +25,7 @@ def cell_args(doc, seqlen, hdim, reps, lib=True, profile=True):
     if profile:
         p.add_argument("--profile", action="store_true",
                        help="also profile 3 calls of each way: launch delay, kernels, CUDA API calls")
+    p.add_argument("--placement", action="store_true", help="backward_gap.py: the buffer-placement ways too")
     p.add_argument("--batch", type=int, default=0)
     p.add_argument("--heads", type=int, default=0)
     p.add_argument("--heads-kv", type=int, default=0)

@@ -10,6 +10,12 @@ SDPA with grad, then autograd.grad; the FLOPs are 3.5 forwards). Inputs [batch, 
   OMP_NUM_THREADS=2 python bench/cpu_interleaved.py --lib before=/tmp/a/libflashattn_c.so \
       --lib after=build/libflashattn_c.so --dtypes f32,bf16 --seqlens 1024,2048,4096
 
+--py adds flash_attn_func (the installed flashattn package, CPU tensors, autograd: what users call) as
+the implementation "flashattn-py", timed the way the torch rows are:
+
+  OMP_NUM_THREADS=2 python bench/cpu_interleaved.py --py --fwdbwd --rounds 9 --hdims 64,128 \
+      --seqlens 512,1024,2048,4096
+
 Used for docs/cpu-benchmark.md's comparison with PyTorch. --json FILE also writes the cells as a
 record (BENCHMARK.md's format with gflops; one row per implementation and cell, vs_torch on
 flashattn's; the CPU model, its ISA flags and torch's CPU capability at the top); with --append, the
@@ -46,6 +52,7 @@ ap.add_argument("--cpu-time", action="store_true",
                 help="time the calling thread's CPU time instead of wall time (needs --threads 1: every "
                      "implementation then computes on the calling thread); robust to other processes "
                      "taking the cores, not to what they do to the caches")
+ap.add_argument("--py", action="store_true", help="also flash_attn_func (the installed package) as flashattn-py")
 ap.add_argument("--json", help="write the cells to this file")
 ap.add_argument("--append", action="store_true", help="add to --json's rows instead of replacing the file")
 a = ap.parse_args()
@@ -69,9 +76,14 @@ def cpu_info():
     return model, isa
 torch.set_num_threads(a.threads)
 libs = [(s.split("=")[0], FlashAttn(s.split("=")[1])) for s in a.lib]
+if a.py:
+    import flashattn
+PY = ["flashattn-py"] if a.py else []
+ours = [l for l, _ in libs] + PY  # the implementations compared with torch
 DT = {"f32": torch.float32, "bf16": torch.bfloat16}
 print(f"threads {a.threads}, batch {a.batch}, heads {a.heads}, load {open('/proc/loadavg').read().split()[:3]}")
-hdr = ["dtype", "hd", "seq", "causal"] + [f"{l} GF/s med(min ms)" for l, _ in libs] + ["torch GF/s med(min ms)"] + [f"{l}/torch" for l, _ in libs]
+hdr = (["dtype", "hd", "seq", "causal"] + [f"{l} GF/s med(min ms)" for l in ours] + ["torch GF/s med(min ms)"]
+       + [f"{l}/torch" for l in ours])
 print(" | ".join(hdr))
 for dt in a.dtypes.split(","):
     for d in map(int, a.hdims.split(",")):
@@ -87,6 +99,10 @@ for dt in a.dtypes.split(","):
                     for label, fa in libs:
                         args = fa.args(q, k, v, out=out, lse=lse, causal=bool(c))
                         fns.append((label, (lambda fa=fa, args=args: fa.forward(args))))
+                    if a.py:
+                        with torch.no_grad():
+                            out_py = flashattn.flash_attn_func(q, k, v, causal=bool(c))
+                        fns.append(("flashattn-py", lambda: flashattn.flash_attn_func(q, k, v, causal=bool(c))))
                     with torch.no_grad():
                         fns.append(("torch", lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(c))))
                 else:  # the backward alone (its forward run once here), or forward + backward per call
@@ -103,6 +119,15 @@ for dt in a.dtypes.split(","):
                             fns.append((label, (lambda fa=fa, b=args_b: fa.backward(b))))
                         else:
                             fns.append((label, (lambda fa=fa, f=args_f, b=args_b: (fa.forward(f), fa.backward(b)))))
+                    if a.py:
+                        qf, kf, vf = (x.clone().requires_grad_(True) for x in (q, k, v))
+                        of = flashattn.flash_attn_func(qf, kf, vf, causal=bool(c))
+                        grads.append(torch.autograd.grad(of, (qf,), dout, retain_graph=True)[0])
+                        if MODE == "bwd":
+                            fns.append(("flashattn-py", lambda: torch.autograd.grad(of, (qf, kf, vf), dout, retain_graph=True)))
+                        else:
+                            fns.append(("flashattn-py", lambda: torch.autograd.grad(
+                                flashattn.flash_attn_func(qf, kf, vf, causal=bool(c)), (qf, kf, vf), dout)))
                     qg, kg, vg = (x.clone().requires_grad_(True) for x in (qt, kt, vt))
                     og = F.scaled_dot_product_attention(qg, kg, vg, is_causal=bool(c))
                     dot = dout.transpose(1, 2).contiguous()
@@ -124,14 +149,16 @@ for dt in a.dtypes.split(","):
                         err = (grads[-1].float() - dq_t.float()).abs().max().item()
                     else:
                         o_t = F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(c)).transpose(1, 2)
-                        err = (out.float() - o_t.float()).abs().max().item()
+                        got = out_py if a.py else out
+                        err = (got.float() - o_t.float()).abs().max().item()
                 flops = 4.0 * a.batch * a.heads * s * s * d * (0.5 if c else 1.0) * {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}[MODE]
                 med = {l: statistics.median(t) for l, t in times.items()}
                 mn = {l: min(t) for l, t in times.items()}
-                row = [dt, str(d), str(s), str(c)] + [f"{flops/med[l]*1e-9:.0f} ({mn[l]*1e3:.1f})" for l, _ in fns] + [f"{med['torch']/med[l]:.2f}x" for l, _ in libs]
+                row = [dt, str(d), str(s), str(c)] + [f"{flops/med[l]*1e-9:.0f} ({mn[l]*1e3:.1f})" for l, _ in fns] + [f"{med['torch']/med[l]:.2f}x" for l in ours]
                 print(" | ".join(row) + f"  err {err:.1e}", flush=True)
                 for l, t in times.items():
-                    cell = {"impl": "torch-sdpa-cpu" if l == "torch" else "flashattn", "label": l,
+                    impl = "torch-sdpa-cpu" if l == "torch" else "flashattn-py" if l in PY else "flashattn"
+                    cell = {"impl": impl, "label": l,
                             "mode": MODE, "causal": bool(c), "dtype": dt, "hdim": d,
                             "seqlen": s, "batch": a.batch, "heads": a.heads, "threads": a.threads,
                             "gflops": round(flops / med[l] * 1e-9, 2), "gflops_best": round(flops / mn[l] * 1e-9, 2),

@@ -30,7 +30,7 @@ from gap_timing import cell_args, report_interleaved  # noqa: E402
 
 
 def main():
-    a = cell_args(__doc__, seqlen=16384, hdim=128, reps=20)
+    a = cell_args(__doc__, seqlen=16384, hdim=128, reps=20, placement=True)
     s, d, b, h, hk = a.seqlen, a.hdim, a.batch, a.heads, a.heads_kv
     q, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     k, v = (torch.randn(b, s, hk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -42,25 +42,18 @@ def main():
     args = fa.args(q, k, v, out, lse, do, dq, dk, dv, causal=a.causal)
     keep = fa.with_workspace(args, True, q.device)
 
-    def c_api_alloc():
-        g = [torch.empty_like(t) for t in (q, k, v)]
-        x = fa.args(q, k, v, out, lse, do, *g, causal=a.causal)
-        ws = fa.with_workspace(x, True, q.device)
-        fa.backward(x)
-        return ws
-
-    def c_api_ws():
-        x = fa.args(q, k, v, out, lse, do, dq, dk, dv, causal=a.causal)
-        ws = fa.with_workspace(x, True, q.device)
-        fa.backward(x)
-        return ws
-
-    def c_api_outs():
-        g = [torch.empty_like(t) for t in (q, k, v)]
-        x = fa.args(q, k, v, out, lse, do, *g, causal=a.causal)
-        x.workspace, x.workspace_bytes = args.workspace, args.workspace_bytes
-        fa.backward(x)
-        return g
+    def c_api_allocating(outputs, workspace):
+        """The C API with dq/dk/dv (outputs) and/or the workspace allocated per call, the rest reused."""
+        def call():
+            g = [torch.empty_like(t) for t in (q, k, v)] if outputs else [dq, dk, dv]
+            x = fa.args(q, k, v, out, lse, do, *g, causal=a.causal)
+            if workspace:
+                ws = fa.with_workspace(x, True, q.device)
+            else:
+                ws, (x.workspace, x.workspace_bytes) = None, (args.workspace, args.workspace_bytes)
+            fa.backward(x)
+            return g, ws
+        return call
 
     scale = d ** -0.5
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
@@ -73,7 +66,7 @@ def main():
     do_t = do.transpose(1, 2)
     ways = {
         "c-api": lambda: fa.backward(args),
-        "c-api+alloc": c_api_alloc,
+        "c-api+alloc": c_api_allocating(outputs=True, workspace=True),
         "bwd-op": lambda: _ops.bwd(do, q, k, v, out, lse, None, None, 0, 0, scale, a.causal, -1,
                                    0 if a.causal else -1, 0.0, False),
         "autograd": lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True),
@@ -82,8 +75,10 @@ def main():
     if a.placement:
         again = [torch.empty_like(t) for t in (q, k, v)]
         args_again = fa.args(q, k, v, out, lse, do, *again, causal=a.causal)
-        keep_again = fa.with_workspace(args_again, True, q.device)
-        ways.update({"c-api+ws": c_api_ws, "c-api+outs": c_api_outs, "c-api-again": lambda: fa.backward(args_again)})
+        keep_again = fa.with_workspace(args_again, True, q.device)  # noqa: F841 -- alive while the ways run
+        ways.update({"c-api+ws": c_api_allocating(outputs=False, workspace=True),
+                     "c-api+outs": c_api_allocating(outputs=True, workspace=False),
+                     "c-api-again": lambda: fa.backward(args_again)})
     report_interleaved(ways, a.reps, 2.5 * 4 * b * h * s * s * d / (2 if a.causal else 1), a.profile)
 
 

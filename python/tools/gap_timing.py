@@ -11,8 +11,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from bench_gpu import balanced_orders, rounded_reps  # noqa: E402
 
 
-def cell_args(doc, seqlen, hdim, reps, lib=True, profile=True):
-    """--seqlen, --hdim, --causal, --reps, and --lib and --profile where asked for; the grid's batch =
+def cell_args(doc, seqlen, hdim, reps, lib=True, profile=True, placement=False):
+    """--seqlen, --hdim, --causal, --reps, and --lib, --profile and --placement where asked for; the grid's batch =
     16k / seqlen and heads = 2048 / hdim unless --batch / --heads say otherwise; --heads-kv for GQA
     (default: heads)."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -25,7 +25,8 @@ def cell_args(doc, seqlen, hdim, reps, lib=True, profile=True):
     if profile:
         p.add_argument("--profile", action="store_true",
                        help="also profile 3 calls of each way: launch delay, kernels, CUDA API calls")
-    p.add_argument("--placement", action="store_true", help="backward_gap.py: the buffer-placement ways too")
+    if placement:
+        p.add_argument("--placement", action="store_true", help="also the buffer-placement ways")
     p.add_argument("--batch", type=int, default=0)
     p.add_argument("--heads", type=int, default=0)
     p.add_argument("--heads-kv", type=int, default=0)

@@ -1,7 +1,8 @@
 """Paged prefill on the GPU: flash_attn_varlen_func with a block_table against the same call on packed
 keys, same process, CUDA graph of 20 calls (bench_gpu.py's timing), median of replays. bf16, causal,
 GQA 32/8, hdim 128, a batch of equal prompts whose keys are the cache (prompt = keys); pages
-shuffled over the pool. A measurement for docs/kvcache.md, not a record.
+shuffled over the pool; each call on the sm80 family and on "auto" (sm90 on an H100/H200, for page
+sizes it takes). A measurement for docs/kvcache.md, not a record.
 
     python3 bench/paged_prefill.py [--batch 4] [--seqlen 4096] [--pages 16,64,256]
 """
@@ -51,12 +52,15 @@ def main():
         kp[perm] = k.view(pages, page, hk, d)
         vp[perm] = v.view(pages, page, hk, d)
         table = perm.view(b, n // page).to(torch.int32)
-        timed(f"paged {page}", lambda kp=kp, vp=vp, table=table: flashattn.flash_attn_varlen_func(
-            q, kp, vp, cu, cu, n, n, causal=True, block_table=table))
-    base = rows[0][2]
+        for path in ("sm80", "auto"):
+            timed(f"paged {page}, path {path}", lambda kp=kp, vp=vp, table=table, path=path:
+                  flashattn.flash_attn_varlen_func(q, kp, vp, cu, cu, n, n, causal=True, block_table=table, path=path))
+    packed = {label.split("path ")[1]: tflops for label, _, tflops in rows[:2]}
     print(f"paged prefill: batch {b} x {n} tokens, heads {h}/{hk}, hdim {d}, bf16, causal ({torch.cuda.get_device_name()})")
     for label, ms, tflops in rows:
-        print(f"  {label:20s} {ms * 1e3:9.1f} us  {tflops:6.1f} TFLOP/s  {tflops / base:5.2f} x packed sm80")
+        path = label.split("path ")[1]
+        print(f"  {label:24s} {ms * 1e3:9.1f} us  {tflops:6.1f} TFLOP/s  {tflops / packed[path]:5.2f} x packed, "
+              f"same path  {tflops / packed['auto']:5.2f} x packed auto")
 
 
 if __name__ == "__main__":

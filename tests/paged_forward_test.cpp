@@ -3,8 +3,9 @@
 // float64 reference on the same keys gathered into packed rows. Page sizes 1 … 256, pages shuffled
 // over the pool, rows no sequence uses NaN, block_table entries past a sequence's pages out of
 // range (never read). A paged call gives bitwise the packed call's out and lse (the same tiles in
-// the same order). The cpu and sm80 families run it; sm90 refuses it by name (not_supported:
-// skipped with its reason), and "auto" then takes sm80.
+// the same order). The cpu and sm80 families run every page size; sm90 those that make up whole key
+// blocks (multiples of 16 that divide the block, or multiples of it) and refuses the others by name
+// (not_supported: skipped with its reason), which "auto" then runs on sm80.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -39,6 +40,13 @@ std::vector<Case> paged_cases() {
   // The widest tiles: D = 256 (loaded as two plays of the block's threads) and 192 (a lookup per chunk).
   v.push_back(Case::varlen({70, 129}, {130, 257}, 2, 1, 256).paged(16).causal_mask());
   v.push_back(Case::varlen({65, 3}, {200, 64}, 2, 2, 192).paged(5).with(DType::f16));
+  // The sm90 kernels' page walk (one TMA box per page of a key block, or per block of a page):
+  // pages of 16 to 128 keys against 128-key (D = 128) and 64-key (D = 256) blocks, sequences that
+  // end inside a block and a page, an unmasked call on the masked tile.
+  for (int64_t page : {16, 32, 128}) {
+    v.push_back(Case::varlen({200, 64, 1}, {333, 128, 700}, 4, 2, 128).paged(page).with(DType::bf16));
+    v.push_back(Case::varlen({70, 150}, {257, 150}, 2, 1, 256).paged(page).causal_mask());
+  }
   return v;
 }
 
@@ -96,28 +104,31 @@ INSTANTIATE_TEST_SUITE_P(All, PagedEqualsPacked,
                                   flashattn::to_string(std::get<2>(info.param));
                          });
 
-// A CUDA family that runs the packed call either runs the paged one (sm80) or refuses it by name
-// (never runs the pools as if they were packed keys); "auto" picks the cpu family for host tensors.
+// A CUDA family that runs the packed call either runs the paged one or refuses it by name (never
+// runs the pools as if they were packed keys): sm80 runs any page size, sm90 pages that make up
+// whole key blocks (16 here) and refuses 4 by name; "auto" picks the cpu family for host tensors.
 TEST(PagedForwardPath, CudaFamiliesRunOrRefuseByName) {
   Rng rng;
-  Problem p = make_problem(Case::varlen({5, 9}, {20, 7}, 2, 1, 64).paged(4), rng);
-  DeviceMirror host(Backend::host());
-  EXPECT_EQ(flashattn::forward_path(p.forward_args(host)), "cpu");
-  for (const std::string& family : flashattn::families()) {
-    const Backend backend{family, flashattn::Device::cuda};
-    if (flashattn::family_device(family) != flashattn::Device::cuda || !unavailable_reason(backend).empty()) continue;
-    DeviceMirror device(backend);
-    flashattn::ForwardArgs packed = p.packed_forward_args(device), paged = p.forward_args(device);
-    packed.path = paged.path = family;
-    if (!flashattn::supports(packed).ok()) continue;
-    const flashattn::Status s = flashattn::supports(paged);
-    if (family == "sm80") {
-      EXPECT_TRUE(s.ok()) << family << ": " << s.message;
-      continue;
+  for (const int64_t page : {4, 16}) {
+    Problem p = make_problem(Case::varlen({5, 9}, {20, 7}, 2, 1, 64).with(DType::bf16).paged(page), rng);
+    DeviceMirror host(Backend::host());
+    EXPECT_EQ(flashattn::forward_path(p.forward_args(host)), "cpu");
+    for (const std::string& family : flashattn::families()) {
+      const Backend backend{family, flashattn::Device::cuda};
+      if (flashattn::family_device(family) != flashattn::Device::cuda || !unavailable_reason(backend).empty()) continue;
+      DeviceMirror device(backend);
+      flashattn::ForwardArgs packed = p.packed_forward_args(device), paged = p.forward_args(device);
+      packed.path = paged.path = family;
+      if (!flashattn::supports(packed).ok()) continue;
+      const flashattn::Status s = flashattn::supports(paged);
+      if (family == "sm80" || page == 16) {
+        EXPECT_TRUE(s.ok()) << family << ", page " << page << ": " << s.message;
+        continue;
+      }
+      if (s.ok()) continue;
+      EXPECT_EQ(s.code, flashattn::StatusCode::not_supported) << family << ": " << s.message;
+      EXPECT_NE(s.message.find("block_table"), std::string::npos) << family << ": " << s.message;
     }
-    if (s.ok()) continue;
-    EXPECT_EQ(s.code, flashattn::StatusCode::not_supported) << family << ": " << s.message;
-    EXPECT_NE(s.message.find("block_table"), std::string::npos) << family << ": " << s.message;
   }
 }
 

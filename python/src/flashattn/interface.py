@@ -4,7 +4,7 @@ Layout is flash-attn's: q (batch, seqlen_q, heads, headdim), k/v (batch, seqlen_
 varlen: (total_tokens, heads, headdim) with int32 cu_seqlens. Supported: fp16/bf16 on CUDA,
 fp32/fp16/bf16 on the CPU; causal (aligned bottom-right), sliding windows, softcap, GQA/MQA.
 flash_attn_with_kvcache: contiguous (optionally left-padded) or paged caches, in-place append, rotary.
-flash_attn_varlen_func with block_table (paged prefill): the forward only (CPU and sm80 families).
+flash_attn_varlen_func with block_table (paged prefill): the forward only (cpu, sm80 and sm90 families).
 Not supported yet, and refused with NotImplementedError rather than ignored: dropout_p > 0,
 alibi_slopes, gradients through a block_table call.
 """
@@ -268,8 +268,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             k (num_blocks, page_block_size, nheads_k, headdim), v (..., headdim_v), any page_block_size >= 1;
             sequence b's key t is row t % page_block_size of block block_table[b, t // page_block_size],
             cu_seqlens_k gives each sequence's length (its keys are not packed). Forward only:
-            NotSupportedError when q, k or v requires grad. Runs on the CPU family for now (the CUDA
-            families refuse it by name).
+            NotSupportedError when q, k or v requires grad. Runs on the cpu and sm80 families at any
+            page size, on sm90 (Hopper) at page sizes that are multiples of 16 dividing its key block
+            (128 keys; 64 at head dim 256) or multiples of it; "auto" takes sm80 for the others.
         The rest (path included) as flash_attn_func; masks are per sequence.
     Returns:
         out: (total_q, nheads, headdim_v); with return_attn_probs, (out, softmax_lse (nheads, total_q), None).

@@ -148,12 +148,4 @@ inline Status check_16byte_layout(const char* who, const char* tensor, const voi
   return Status::success();
 }
 
-// A forward family that reads packed or padded K/V only (sm90) refuses a paged forward
-// (block_table) by name, never running its page pools as if they were packed keys.
-inline Status refuse_paged_forward(const char* who, const FwdParams& p) {
-  if (!p.is_paged()) return Status::success();
-  return Status::unsupported(std::string(who) +
-                             ": block_table: this family does not read paged K/V; the sm80 and cpu families do");
-}
-
 }  // namespace flashattn::cuda

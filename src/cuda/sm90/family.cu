@@ -4,7 +4,8 @@
 // The forward plan accepts f16/bf16 on a compute capability 9.0 GPU with padded or varlen
 // batches (varlen: packed tensors of fewer than 2^31 rows) whose Q, K, V views TMA can tile (16-byte aligned, strides multiples of 8 elements) and
 // whose head dims fit a compiled instance (64, 128, 192, 256; others round up). Causal, sliding
-// windows, soft cap and GQA/MQA run on it. Everything else is not_supported with the reason.
+// windows, soft cap and GQA/MQA run on it, and paged K/V (paged prefill) whose pages make up whole
+// key blocks (check_paged). Everything else is not_supported with the reason.
 #include <climits>
 #include <string>
 
@@ -54,7 +55,7 @@ Status check_sizes(const FwdParams& p, int head_dim) {
   }
   const int64_t block_m = fwd_shape_of(p, head_dim).block_m();
   const int64_t m_blocks = (p.seqlen_q + block_m - 1) / block_m;
-  if (p.is_varlen() && (p.total_q > kMaxPackedRows || p.total_k > kMaxPackedRows)) {
+  if (p.is_varlen() && (p.total_q > kMaxPackedRows || (!p.is_paged() && p.total_k > kMaxPackedRows))) {
     return Status::unsupported(std::string(kWho) + ": varlen tensors of " + std::to_string(p.total_q) + " query and " +
                                std::to_string(p.total_k) + " key rows: TMA's row coordinate is 32-bit (at most " +
                                std::to_string(kMaxPackedRows) + " packed rows)");
@@ -67,6 +68,28 @@ Status check_sizes(const FwdParams& p, int head_dim) {
     return Status::unsupported(std::string(kWho) + ": batch = " + std::to_string(p.batch) + ", heads_q = " +
                                std::to_string(p.heads_q) + ", seqlen_q = " + std::to_string(p.seqlen_q) +
                                " make more than " + std::to_string(kMaxTiles) + " tiles");
+  }
+  return Status::success();
+}
+
+// Paged K/V: pages that make up whole boxes of the instance's key blocks (fwd_paged_fits), and
+// table and pool sizes the kernel's 32-bit page arithmetic holds.
+Status check_paged(const FwdParams& p, int head_dim) {
+  if (!p.is_paged()) return Status::success();
+  if (!has_paged_fwd(head_dim)) {
+    return Status::unsupported(std::string(kWho) + ": block_table: head dim " + std::to_string(head_dim) +
+                               " has no paged kernel in this family; the sm80 family reads its pages");
+  }
+  const FwdShape shape = fwd_shape_of(p, head_dim);
+  if (!fwd_paged_fits(p.page_size, shape)) {
+    return Status::unsupported(std::string(kWho) + ": block_table: page_size = " + std::to_string(p.page_size) +
+                               " does not make whole " + std::to_string(shape.block_n) + "-key blocks (head dim " +
+                               std::to_string(head_dim) + "): this family takes page sizes that are multiples of 16 "
+                               "dividing the block, or multiples of it; the sm80 family takes any");
+  }
+  if (p.num_pages > INT_MAX || p.max_pages > INT_MAX) {
+    return Status::unsupported(std::string(kWho) + ": block_table: " + std::to_string(p.num_pages) + " pages, " +
+                               std::to_string(p.max_pages) + " per sequence: at most 2^31 - 1 of each");
   }
   return Status::success();
 }
@@ -87,7 +110,6 @@ Status check_layout(const FwdParams& p, int head_dim) {
 }
 
 Status plan_forward(const FwdParams& p, Plan* plan) {
-  FLASHATTN_TRY(refuse_paged_forward(kWho, p));
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
     return Status::unsupported(std::string(kWho) + ": dtype " + to_string(p.dtype) +
                                " is not supported: the tensor-core kernels take f16 or bf16");
@@ -107,6 +129,7 @@ Status plan_forward(const FwdParams& p, Plan* plan) {
                                std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor));
   }
   FLASHATTN_TRY(check_sizes(p, inst->head_dim));
+  FLASHATTN_TRY(check_paged(p, inst->head_dim));
   FLASHATTN_TRY(check_layout(p, inst->head_dim));
   const int i = dtype_index(p.dtype);
   FLASHATTN_TRY(inst->fwd_check[i](p));

@@ -5,7 +5,8 @@
 // counter), so that one tile's loads overlap the previous tile's last products and epilogue.
 // Warpgroup 0 is the producer: it gives most of its registers away (setmaxnreg) and one of its
 // threads schedules the tiles and issues every TMA load, per tile Q once and K/V blocks through a
-// ring of mbarrier-guarded stages that runs on across tiles (fwd_producer.cuh). Warpgroups 1.. are
+// ring of mbarrier-guarded stages that runs on across tiles (fwd_producer.cuh; paged K/V: the
+// thread's warp shares a block's page boxes). Warpgroups 1.. are
 // the consumers, 64 rows each, with the registers the producer gave up: they take each tile index
 // from the producer, run the key loop on wgmma with softmax/product overlap and ping-pong
 // (fwd_consumer.cuh), then the epilogue (fwd_epilogue.cuh).
@@ -58,7 +59,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int warpgroup = tid / kWarpgroupThreads;
   if (warpgroup == 0) {
     ptx::setmaxnreg_dec<Traits::kShape.producer_registers()>();
-    if (tid == 0) load_tiles(sm, p, &tm_q, &tm_k, &tm_v);
+    if (Traits::kPaged ? tid < 32 : tid == 0) load_tiles(sm, p, &tm_q, &tm_k, &tm_v, tid);
     return;
   }
   ptx::setmaxnreg_inc<Traits::kShape.consumer_registers()>();

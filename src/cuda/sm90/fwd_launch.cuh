@@ -56,6 +56,13 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p) {
   k.window_left = clamp_window(p.options.window_left);
   k.window_right = clamp_window(p.options.window_right);
   k.scores = make_score_transform(p.options);
+  if (p.is_paged()) {  // the plan bounds these by INT_MAX
+    k.block_table = p.block_table;
+    k.block_table_batch_stride = p.block_table_batch_stride;
+    k.page_size = static_cast<int>(p.page_size);
+    k.max_pages = static_cast<int>(p.max_pages);
+    k.num_pages = static_cast<int>(p.num_pages);
+  }
   return k;
 }
 
@@ -101,10 +108,13 @@ Status fwd_device_check_traits() {
 }
 
 // The traits of the call's tile (fwd_shape_of), handed to f: the tall masked tile is compiled for
-// D = 64 only.
+// D = 64 only; paged calls have their own kernels of the masked tile (fwd_masked_instance).
 template <class Tag, int kHeadDim, class F>
 Status with_fwd_traits(const FwdParams& p, F&& f) {
-  if (!mask_of(p.options).has_mask()) return f(FwdTraits<Tag, kHeadDim, false>{});
+  if constexpr (has_paged_fwd(kHeadDim)) {
+    if (p.is_paged()) return f(FwdTraits<Tag, kHeadDim, true, false, true>{});
+  }
+  if (!fwd_masked_instance(p)) return f(FwdTraits<Tag, kHeadDim, false>{});
   if constexpr (kHeadDim <= 64) {
     if (fwd_tall_tiles(p, kHeadDim)) return f(FwdTraits<Tag, kHeadDim, true, true>{});
   }

@@ -18,16 +18,22 @@ namespace flashattn::cuda::sm90 {
 inline bool fwd_dynamic_schedule(const FwdParams& p) { return mask_of(p.options).has_mask() || p.is_varlen(); }
 inline std::size_t fwd_workspace_bytes(const FwdParams& p) { return fwd_dynamic_schedule(p) ? sizeof(int) : 0; }
 
+// Whether a call runs on the masked instance of its head dim: calls with a mask, and paged K/V
+// (whose pages must make up whole key blocks: the masked instances' blocks, 128 keys at D = 64 and
+// 128, 64 at D = 256, are powers of two, where D = 128's unmasked 176 and D = 256's 80 are not).
+inline bool fwd_masked_instance(const FwdParams& p) { return mask_of(p.options).has_mask() || p.is_paged(); }
+
 // The tile of a call (fwd_shape.hpp), one rule for the plan and the launch: D = 64 with a mask takes
 // the tall tile (three consumers) when its query sequences are long, 2048 rows or more on average
-// (a padded batch's seqlen_q; varlen: total_q / batch).
+// (a padded batch's seqlen_q; varlen: total_q / batch); paged calls keep two consumers (one paged
+// kernel per head dim).
 inline bool fwd_tall_tiles(const FwdParams& p, int head_dim) {
-  if (head_dim > 64 || !mask_of(p.options).has_mask()) return false;
+  if (head_dim > 64 || !mask_of(p.options).has_mask() || p.is_paged()) return false;
   const int64_t mean_rows = !p.is_varlen() ? p.seqlen_q : p.batch > 0 ? p.total_q / p.batch : 0;
   return mean_rows >= 2048;
 }
 inline FwdShape fwd_shape_of(const FwdParams& p, int head_dim) {
-  return fwd_shape(head_dim, mask_of(p.options).has_mask(), fwd_tall_tiles(p, head_dim));
+  return fwd_shape(head_dim, fwd_masked_instance(p), fwd_tall_tiles(p, head_dim));
 }
 
 // Builds the tensor maps and launches the kernel of (Tag, D) on params.stream; never synchronizes.

@@ -63,4 +63,8 @@ constexpr FwdShape fwd_shape(int head_dim, bool masked, bool tall = false) {
 // 96 has none: the 128B-swizzled tiles are made of 64-column chunks, so it rounds up to 128.
 constexpr bool is_fwd_head_dim(int d) { return d == 64 || d == 128 || d == 192 || d == 256; }
 
+// The instances with a paged kernel (fwd_tile.cuh's kPaged): not D = 192, whose 112-key blocks take
+// pages of 16 and 112 keys only (two more kernels for that); the sm80 family reads its pages.
+constexpr bool has_paged_fwd(int d) { return d != 192; }
+
 }  // namespace flashattn::cuda::sm90

@@ -33,12 +33,22 @@ struct FwdKernelParams {
                                    // before the launch); null: static stride (TileScheduler)
   int window_left, window_right;   // clamped (mask.cuh); < 0 unbounded; masked instances only
   ScoreTransform scores;
+  // Paged K/V (paged prefill; null: packed or padded keys): key t of sequence b is row t % page_size
+  // of pool page block_table[b·block_table_batch_stride + t / page_size] (backend/params.hpp); the
+  // K and V maps are over the pools {d, page_size, heads_kv, num_pages} (fwd_maps.hpp).
+  const int32_t* block_table;
+  int64_t block_table_batch_stride;
+  int page_size, max_pages, num_pages;
 };
 
-template <class TagT, int kHeadDim, bool kMaskedT, bool kTall = false>
+template <class TagT, int kHeadDim, bool kMaskedT, bool kTall = false, bool kPagedT = false>
 struct FwdTraits {
   using Tag = TagT;
   static constexpr FwdShape kShape = fwd_shape(kHeadDim, kMaskedT, kTall);
+  // Paged K/V (p.block_table; fwd_producer.cuh's load_paged_rows): kernels of their own (the masked
+  // tile, fwd_launch.hpp), so that the others keep their code; the producer warp shares the pages.
+  static constexpr bool kPaged = kPagedT;
+  static_assert(!kPaged || kMaskedT, "paged calls run on the masked tile");
   static constexpr int kD = kHeadDim, kBlockM = kShape.block_m(), kBlockN = kShape.block_n;
   static constexpr int kConsumers = kShape.consumers, kStages = kShape.stages;
   static constexpr int kThreads = kShape.threads(), kConsumerThreads = kConsumers * kWarpgroupThreads;
@@ -70,7 +80,8 @@ struct FwdTile {
   SeqLens seq;
   Mask mask;
   int n_end, n_blocks;
-  int tma_batch, q_row, k_row;  // TMA coordinates: varlen rows are packed rows of the one "batch" 0
+  int tma_batch, q_row, k_row;  // TMA coordinates: varlen rows are packed rows of the one "batch" 0;
+                                // paged keys: k_row 0 (a key's row is found through its page)
   bool zero_v_tail;             // varlen: V rows of the first block loaded past seqlen_k are zeroed
 
   __device__ int key_block(int i) const { return n_end - 1 - i; }
@@ -119,7 +130,7 @@ __device__ __forceinline__ FwdTile fwd_tile(const FwdKernelParams& p, int tile) 
   t.n_blocks = t.n_end > n_begin ? t.n_end - n_begin : 0;
   t.tma_batch = varlen ? 0 : t.batch;  // the plan refuses 2^31 packed rows or more
   t.q_row = static_cast<int>(t.seq.q_offset) + t.m0;
-  t.k_row = static_cast<int>(t.seq.k_offset);
+  t.k_row = Traits::kPaged ? 0 : static_cast<int>(t.seq.k_offset);
   t.zero_v_tail = varlen && t.n_blocks > 0 && t.seq.seqlen_k - (t.n_end - 1) * Traits::kBlockN < Traits::kBlockN;
   return t;
 }

@@ -126,7 +126,8 @@ def cuda_families():
     """The CUDA families this GPU runs the forward on ("sm80", and "sm90" on compute capability 9.0)."""
     if not torch.cuda.is_available():
         return []
-    return [f for f in ("sm80", "sm90") if f in flashattn.families() and (f != "sm90" or torch.cuda.get_device_capability() == (9, 0))]
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    return [f for f in ("sm80", "sm90") if f in flashattn.families() and (f != "sm90" or hopper)]
 
 
 @needs_cuda

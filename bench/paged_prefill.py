@@ -45,13 +45,15 @@ def main():
         timed(f"packed, path {path}", lambda path=path: flashattn.flash_attn_varlen_func(
             q, k, v, cu, cu, n, n, causal=True, path=path))
     for page in [int(x) for x in args.pages.split(",")]:
-        pages = b * n // page
-        perm = torch.randperm(pages, device=dev)
-        kp = torch.empty(pages, page, hk, d, device=dev, dtype=dt)
+        per_seq = -(-n // page)  # a sequence's last page may be partly empty
+        perm = torch.randperm(b * per_seq, device=dev)
+        kp = torch.empty(b * per_seq, page, hk, d, device=dev, dtype=dt)
         vp = torch.empty_like(kp)
-        kp[perm] = k.view(pages, page, hk, d)
-        vp[perm] = v.view(pages, page, hk, d)
-        table = perm.view(b, n // page).to(torch.int32)
+        for pool, x in ((kp, k), (vp, v)):
+            padded = torch.zeros(b, per_seq * page, hk, d, device=dev, dtype=dt)
+            padded[:, :n] = x.view(b, n, hk, d)
+            pool[perm] = padded.view(b * per_seq, page, hk, d)
+        table = perm.view(b, per_seq).to(torch.int32)
         for path in ("sm80", "auto"):
             timed(f"paged {page}, path {path}", lambda kp=kp, vp=vp, table=table, path=path:
                   flashattn.flash_attn_varlen_func(q, kp, vp, cu, cu, n, n, causal=True, block_table=table, path=path))

@@ -1,8 +1,8 @@
 // The tensor-map specs of the sm90 forward (plain C++, shared by the plan and the launch): Q, K and V
 // as rank-4 views {d, rows, heads, batch} (innermost first), box {64 columns, a block of rows, 1, 1}
 // in the 128B swizzle; varlen batches as the packed tensors {d, total rows, heads, 1}; paged K/V as
-// the pools {d, page_size, heads_kv, num_pages}. The plan checks them (check_tile_map: alignment and strides TMA accepts,
-// else not_supported so that "auto" keeps sm80); the launch encodes them.
+// the pools {d, page_size, heads_kv, num_pages}. The plan checks them (check_tile_map: alignment
+// and strides TMA accepts, else not_supported so that "auto" keeps sm80); the launch encodes them.
 #pragma once
 
 #include "backend/params.hpp"

@@ -3,8 +3,9 @@
 // of its first block and Q once; then K of block i before V of block i − 1, the order in which the
 // consumers need them (they start S(i) = Q·K_iᵀ before O += P(i−1)·V_{i−1}: fwd_consumer.cuh).
 // Each buffer is refilled as soon as every consumer warp has released it ("empty"), so loads run
-// ahead by the depth of the ring, and into the next tile while the consumers finish the current one. Paged K/V (paged prefill) come from their pool pages, one
-// box per page that the block touches (load_paged_rows).
+// ahead by the depth of the ring, and into the next tile while the consumers finish the current one.
+// Paged K/V (paged prefill) come from their pool pages, one box per page that the block touches
+// (load_paged_rows).
 #pragma once
 
 #include "cuda/ptx/mbarrier.cuh"

@@ -1,5 +1,6 @@
 // One sequence's keys (or values) of one kv head in a page pool, the addressing every paged kernel
-// reads through (the decode family's caches, the sm80 paged forward): key t is row t % page_size of
+// reads through (the decode family's caches, the sm80 and sm90 paged forwards; sm90 takes only the
+// page and row, its TMA boxes do the addressing): key t is row t % page_size of
 // page pages[t / page_size], each page index clamped into the pool, so a bad table entry reads a
 // wrong page of this pool, never memory outside it. Offsets in elements, 64-bit.
 #pragma once
@@ -27,10 +28,11 @@ struct PagedRows {
   }
   // The pool page holding key `key`.
   __device__ __forceinline__ int page_of(int key) const { return clamp_page(entry_of(key)); }
+  // Key `key`'s row within its page.
+  __device__ __forceinline__ int row_of(int key) const { return key - page_size.quotient(key) * page_size.divisor; }
   // Key `key` on a (clamped) pool page.
   __device__ __forceinline__ int64_t offset_on(int page, int key) const {
-    const int row = key - page_size.quotient(key) * page_size.divisor;
-    return base + int64_t{page} * page_stride + int64_t{row} * row_stride;
+    return base + int64_t{page} * page_stride + int64_t{row_of(key)} * row_stride;
   }
   // Element offset of key `key` (< the table row's capacity).
   __device__ __forceinline__ int64_t offset(int key) const { return offset_on(page_of(key), key); }

@@ -72,8 +72,8 @@ Status check_sizes(const FwdParams& p, int head_dim) {
   return Status::success();
 }
 
-// Paged K/V: pages that make up whole boxes of the instance's key blocks (fwd_paged_fits), and
-// table and pool sizes the kernel's 32-bit page arithmetic holds.
+// Paged K/V: pages that make up whole boxes of the instance's key blocks (fwd_paged_fits), and a
+// pool whose page indices are 32-bit.
 Status check_paged(const FwdParams& p, int head_dim) {
   if (!p.is_paged()) return Status::success();
   if (!has_paged_fwd(head_dim)) {
@@ -87,9 +87,9 @@ Status check_paged(const FwdParams& p, int head_dim) {
                                std::to_string(head_dim) + "): this family takes page sizes that are multiples of 16 "
                                "dividing the block, or multiples of it; the sm80 family takes any");
   }
-  if (p.num_pages > INT_MAX || p.max_pages > INT_MAX) {
-    return Status::unsupported(std::string(kWho) + ": block_table: " + std::to_string(p.num_pages) + " pages, " +
-                               std::to_string(p.max_pages) + " per sequence: at most 2^31 - 1 of each");
+  if (p.num_pages > INT_MAX) {
+    return Status::unsupported(std::string(kWho) + ": block_table: num_pages = " + std::to_string(p.num_pages) +
+                               " is above 2^31 - 1, the most the paged forward addresses");
   }
   return Status::success();
 }

@@ -6,6 +6,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "api/status_try.hpp"
@@ -47,7 +48,11 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p) {
   k.heads_q = static_cast<int>(p.heads_q);
   k.group_size = static_cast<int>(p.group_size());
   k.seqlen_q = static_cast<int>(p.seqlen_q);
-  k.seqlen_k = fwd_has_keys(p) ? static_cast<int>(p.seqlen_k) : 0;  // no K rows: no key is ever loaded
+  // No K rows: no key is ever loaded. Paged: no key past the table row's capacity, as on sm80 (so
+  // a key below seqlen_k always has a table entry).
+  k.seqlen_k = !fwd_has_keys(p)  ? 0
+               : p.is_paged() ? static_cast<int>(std::min(p.seqlen_k, p.max_pages * p.page_size))
+                              : static_cast<int>(p.seqlen_k);
   k.hdim_v = static_cast<int>(p.hdim_v);
   k.num_m_blocks = ceil_div(k.seqlen_q, Traits::kBlockM);
   k.num_tiles = k.num_m_blocks * k.heads_q * k.batch;  // ≤ 2^30: the plan checks
@@ -59,9 +64,8 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p) {
   if (p.is_paged()) {  // the plan bounds these by INT_MAX
     k.block_table = p.block_table;
     k.block_table_batch_stride = p.block_table_batch_stride;
-    k.page_size = static_cast<int>(p.page_size);
-    k.max_pages = static_cast<int>(p.max_pages);
-    k.num_pages = static_cast<int>(p.num_pages);
+    k.page_size = FastDivmod::of(static_cast<int>(p.page_size));
+    k.last_page = static_cast<int>(p.num_pages - 1);
   }
   return k;
 }

@@ -8,6 +8,7 @@
 // (load_paged_rows).
 #pragma once
 
+#include "cuda/common/paged_rows.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/sm90/fwd_tile.cuh"
@@ -32,26 +33,25 @@ __device__ __forceinline__ void load_rows(uint32_t dst, uint32_t chunk_bytes, ui
 // starts on a swizzle atom) and divide kBlockN or are multiples of it (a box never straddles a page).
 // The producer warp shares the boxes: lane j reads table entry j and issues box j (at most
 // kBlockN / 16 = 8 lanes), after lane 0 has told the barrier the block's bytes (every box is
-// whole, so they are the unpaged block's). Keys past the sequence (or its table row) are never
-// looked up: page 0 stands in for them (the consumers mask those keys' scores and zero those V
-// rows); entries are clamped into the pool, so a bad table reads a wrong page of the pool, never
-// memory outside it.
+// whole, so they are the unpaged block's). The page and the row come from common/paged_rows.cuh's
+// PagedRows (entries clamped into the pool, so a bad table reads a wrong page of the pool, never
+// memory outside it); keys past the sequence (whose length the launch caps at the table row's
+// capacity) are never looked up: page 0 stands in for them (the consumers mask those keys' scores
+// and zero those V rows).
 template <class Traits>
 __device__ __forceinline__ void load_paged_rows(uint32_t dst, const CUtensorMap* map, uint32_t bar,
                                                 const FwdKernelParams& p, const FwdTile& t, int key0, int lane) {
   if (lane == 0) ptx::mbarrier_arrive_expect_tx(bar, Traits::kKVBytes);
   __syncwarp();
-  const int box = min(p.page_size, Traits::kBlockN), first = lane * box;
+  const int box = min(p.page_size.divisor, Traits::kBlockN), first = lane * box;
   if (first >= Traits::kBlockN) return;
-  const int entry0 = key0 / p.page_size, row = key0 - entry0 * p.page_size;  // row 0 unless a page holds blocks
-  const int entry = entry0 + lane;
-  const int page = key0 + first < t.seq.seqlen_k && entry < p.max_pages
-                       ? p.block_table[t.batch * p.block_table_batch_stride + entry] : 0;
-  const int pool_page = min(max(page, 0), p.num_pages - 1);
+  const PagedRows pages{0, 0, 0, p.block_table + t.batch * p.block_table_batch_stride, p.page_size, p.last_page};
+  const int key = key0 + first;  // a page's first key, or (pages holding blocks) the block's
+  const int page = key < t.seq.seqlen_k ? pages.page_of(key) : 0;
 #pragma unroll
   for (int c = 0; c < Traits::kChunks; ++c) {
-    ptx::tma_load(dst + c * Traits::kKVChunkBytes + first * kSwizzleRowBytes, map, bar, c * kSwizzleCols, row,
-                  t.head_kv, pool_page);
+    ptx::tma_load(dst + c * Traits::kKVChunkBytes + first * kSwizzleRowBytes, map, bar, c * kSwizzleCols,
+                  pages.row_of(key), t.head_kv, page);
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/fast_divmod.cuh"
 #include "cuda/common/mask.cuh"
 #include "cuda/common/scores.cuh"
 #include "cuda/common/seqlen.cuh"
@@ -34,11 +35,13 @@ struct FwdKernelParams {
   int window_left, window_right;   // clamped (mask.cuh); < 0 unbounded; masked instances only
   ScoreTransform scores;
   // Paged K/V (paged prefill; null: packed or padded keys): key t of sequence b is row t % page_size
-  // of pool page block_table[b·block_table_batch_stride + t / page_size] (backend/params.hpp); the
-  // K and V maps are over the pools {d, page_size, heads_kv, num_pages} (fwd_maps.hpp).
+  // of pool page block_table[b·block_table_batch_stride + t / page_size], clamped to [0, last_page]
+  // (common/paged_rows.cuh); seqlen_k is then at most the table's capacity. The K and V maps are
+  // over the pools {d, page_size, heads_kv, num_pages} (fwd_maps.hpp).
   const int32_t* block_table;
   int64_t block_table_batch_stride;
-  int page_size, max_pages, num_pages;
+  FastDivmod page_size;
+  int last_page;
 };
 
 template <class TagT, int kHeadDim, bool kMaskedT, bool kTall = false, bool kPagedT = false>

@@ -36,13 +36,13 @@ def main():
     flops = 4 * b * h * d * n * n / 2  # causal: half of the score matrix
     rows = []
 
-    def timed(label, fn):
+    def timed(label, path, fn):
         one_ms = graph_timed(fn)
         ms = statistics.median(one_ms() for _ in range(9))
-        rows.append((label, ms, flops / ms / 1e9))
+        rows.append((f"{label}, path {path}", path, ms, flops / ms / 1e9))
 
     for path in ("sm80", "auto"):
-        timed(f"packed, path {path}", lambda path=path: flashattn.flash_attn_varlen_func(
+        timed("packed", path, lambda path=path: flashattn.flash_attn_varlen_func(
             q, k, v, cu, cu, n, n, causal=True, path=path))
     for page in [int(x) for x in args.pages.split(",")]:
         per_seq = -(-n // page)  # a sequence's last page may be partly empty
@@ -55,12 +55,11 @@ def main():
             pool[perm] = padded.view(b * per_seq, page, hk, d)
         table = perm.view(b, per_seq).to(torch.int32)
         for path in ("sm80", "auto"):
-            timed(f"paged {page}, path {path}", lambda kp=kp, vp=vp, table=table, path=path:
+            timed(f"paged {page}", path, lambda kp=kp, vp=vp, table=table, path=path:
                   flashattn.flash_attn_varlen_func(q, kp, vp, cu, cu, n, n, causal=True, block_table=table, path=path))
-    packed = {label.split("path ")[1]: tflops for label, _, tflops in rows[:2]}
+    packed = {path: tflops for _, path, _, tflops in rows[:2]}
     print(f"paged prefill: batch {b} x {n} tokens, heads {h}/{hk}, hdim {d}, bf16, causal ({torch.cuda.get_device_name()})")
-    for label, ms, tflops in rows:
-        path = label.split("path ")[1]
+    for label, path, ms, tflops in rows:
         print(f"  {label:24s} {ms * 1e3:9.1f} us  {tflops:6.1f} TFLOP/s  {tflops / packed[path]:5.2f} x packed, "
               f"same path  {tflops / packed['auto']:5.2f} x packed auto")
 

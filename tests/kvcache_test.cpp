@@ -3,9 +3,10 @@
 // after the call (old rows untouched, appended rows as the reference has them), inputs unchanged.
 // Contiguous and paged caches (page sizes 1 … 256, pages shuffled over the pool), cache_batch_idx,
 // append of 0, 1, 4 rows, rotary (interleaved, half-split, rotary_dim < hdim), causal and window
-// with 1 and 4 query rows, softcap, GQA/MQA, hdim_v ≠ hdim_qk, left-padded caches (cache_leftpad).
-// A family without a KV-cache
-// direction skips with its reason.
+// with 1 and 4 query rows, softcap, GQA/MQA, hdim_v ≠ hdim_qk, left-padded caches (cache_leftpad);
+// and calls of 128 query rows or more, which the decode family runs through the forward (its route
+// is also forced onto every other case, KVCacheForwardRoute). A family without a KV-cache direction
+// skips with its reason.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "backend/testing.hpp"
 #include "support/check.hpp"
 #include "support/kvcache_problem.hpp"
 
@@ -88,9 +90,27 @@ std::vector<KVCase> mask_cases() {
   return v;
 }
 
+// Chunked prefill against a cache: 128 query rows or more, which the decode family gives to the
+// forward (sm90 where the cache's pages make whole key blocks: a contiguous capacity of a multiple of
+// 128 keys, pages of 16, 64, 256; sm80 for the rest), with appends of the whole chunk, rotary,
+// cache_batch_idx, masks, softcap, GQA/MQA, hdim_v ≠ hdim_qk, and more query rows than keys.
+std::vector<KVCase> long_query_cases() {
+  const KVCase chunk = KVCase::decode({300, 77, 0}, 768, 8, 2, 128).q_rows(128).append(128).causal_mask();
+  return {
+      chunk,
+      chunk.paged(16).rotate(Rotary::half_split),
+      chunk.paged(64).with(DType::f16),
+      chunk.paged(256).window(100, 0),
+      KVCase::decode({500, 1}, 700, 8, 1, 64).q_rows(200).append(200).causal_mask().rotate(Rotary::interleaved, 32),
+      KVCase::decode({40, 250, 3}, 512, 4, 4, 64).q_rows(160).indexed().cap(20.f).no_lse(),
+      KVCase::decode({5, 0}, 256, 4, 2, 64).q_rows(130).causal_mask(),
+      KVCase::decode({90, 200}, 384, 4, 2, 192, 128).q_rows(128).append(64).with(DType::f16).causal_mask(),
+  };
+}
+
 std::vector<KVCase> all_cases() {
   std::vector<KVCase> all;
-  for (auto list : {shape_cases(), paged_cases(), append_cases(), mask_cases(), leftpad_cases()}) {
+  for (auto list : {shape_cases(), paged_cases(), append_cases(), mask_cases(), leftpad_cases(), long_query_cases()}) {
     all.insert(all.end(), list.begin(), list.end());
   }
   std::set<std::string> names;
@@ -118,6 +138,55 @@ INSTANTIATE_TEST_SUITE_P(All, KVCache, ::testing::Combine(::testing::ValuesIn(al
                          [](const ::testing::TestParamInfo<Param>& info) {
                            return std::string(to_string(std::get<0>(info.param))) + "_" + std::get<1>(info.param).name();
                          });
+
+// Every case again with the decode family's route forced onto the forward wherever the forward can
+// express the call (not cache_leftpad, not a num_splits asked of the decode kernel): the route's
+// sequence index, its one-page tables over a contiguous cache and its strides, at every shape.
+namespace knobs = flashattn::testing;
+class RouteForced {
+ public:
+  explicit RouteForced(knobs::KVCacheRoute r) : before_(knobs::kvcache_route()) { knobs::set_kvcache_route(r); }
+  ~RouteForced() { knobs::set_kvcache_route(before_); }
+  RouteForced(const RouteForced&) = delete;
+  RouteForced& operator=(const RouteForced&) = delete;
+
+ private:
+  knobs::KVCacheRoute before_;
+};
+
+class KVCacheForwardRoute : public ::testing::TestWithParam<Param> {};
+
+TEST_P(KVCacheForwardRoute, MatchesReference) {
+  const auto& [backend, c] = GetParam();
+  if (backend.on_host()) GTEST_SKIP() << "the route is the decode family's";
+  FA_REQUIRE_BACKEND(backend);
+  const RouteForced forced(knobs::KVCacheRoute::forward);
+  Rng rng;
+  KVProblem p = make_kv_problem(c, rng);
+  const KVExpected e = expect_of(p);
+  FA_RUN_OR_SKIP(run_kvcache(backend, p));
+  expect_kvcache_matches(p, e);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, KVCacheForwardRoute, ::testing::Combine(::testing::ValuesIn(all_backends()),
+                                                                      ::testing::ValuesIn(all_cases())),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return std::string(to_string(std::get<0>(info.param))) + "_" + std::get<1>(info.param).name();
+                         });
+
+// The long-query cases again with the route forced off: the decode kernel keeps every query count.
+TEST_P(KVCacheForwardRoute, DecodeKernelStillTakesLongQueries) {
+  const auto& [backend, c] = GetParam();
+  if (backend.on_host()) GTEST_SKIP() << "the route is the decode family's";
+  if (c.seqlen_q < 128) GTEST_SKIP() << "MatchesReference runs it on the decode kernel";
+  FA_REQUIRE_BACKEND(backend);
+  const RouteForced forced(knobs::KVCacheRoute::decode);
+  Rng rng;
+  KVProblem p = make_kv_problem(c, rng);
+  const KVExpected e = expect_of(p);
+  FA_RUN_OR_SKIP(run_kvcache(backend, p));
+  expect_kvcache_matches(p, e);
+}
 
 // A paged cache holding bitwise the same keys and values as a contiguous one gives bitwise the
 // same out and lse on the same backend, at every page size (and appends the same rows).
@@ -250,6 +319,30 @@ TEST_P(KVCacheBadIndices, ClampedOnTheDevice) {
   } else {
     p.cache_batch_idx.fill_i32({-1, huge, 2, 0});
     p.cache_leftpad.fill_i32({huge, -5, 600, 2});  // past the cached rows, negative, past the capacity, fine
+  }
+  FA_RUN_OR_SKIP(run_kvcache(backend, p));
+  for (const HostTensor* t : {&p.out, &p.lse, &p.k_cache, &p.v_cache}) EXPECT_EQ(t->gap_bytes_changed(), 0);
+}
+
+// The same garbage through the forward route (contiguous caches without cache_leftpad, which the
+// route leaves to the decode kernel): the sequence index clamps lengths and cache rows, the forward
+// clamps pages.
+TEST_P(KVCacheBadIndices, ClampedThroughTheForwardRoute) {
+  const auto& [backend, page] = GetParam();
+  if (backend.on_host()) GTEST_SKIP() << "host tensors: the index values are checked (kvcache_bad_input_test)";
+  FA_REQUIRE_BACKEND(backend);
+  const RouteForced forced(knobs::KVCacheRoute::forward);
+  KVCase c = KVCase::decode({300, 77, 0, 513}, 640, 4, 2, 64).append(2).rotate(Rotary::interleaved).q_rows(2);
+  c = page ? c.paged(page) : c.indexed();
+  Rng rng;
+  KVProblem p = make_kv_problem(c, rng);
+  const int32_t huge = 1 << 30;
+  p.cache_seqlens.fill_i32({-7, huge, 639, 3});
+  if (page) {
+    for (int64_t i : {int64_t{0}, int64_t{3}}) p.block_table.set({1, i}, -1);
+    p.block_table.set({2, 0}, huge);
+  } else {
+    p.cache_batch_idx.fill_i32({-1, huge, 2, 0});
   }
   FA_RUN_OR_SKIP(run_kvcache(backend, p));
   for (const HostTensor* t : {&p.out, &p.lse, &p.k_cache, &p.v_cache}) EXPECT_EQ(t->gap_bytes_changed(), 0);

@@ -5,11 +5,30 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "backend/testing.hpp"
 #include "flashattn/flashattn.hpp"
 #include "torch_ops.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
+
+namespace {
+
+// The decode family's KV-cache route (backend/testing.hpp) by name: "auto", "forward", "decode".
+void set_kvcache_route(const std::string& route) {
+  using flashattn::testing::KVCacheRoute;
+  if (route == "auto") {
+    flashattn::testing::set_kvcache_route(KVCacheRoute::automatic);
+  } else if (route == "forward") {
+    flashattn::testing::set_kvcache_route(KVCacheRoute::forward);
+  } else if (route == "decode") {
+    flashattn::testing::set_kvcache_route(KVCacheRoute::decode);
+  } else {
+    throw nb::value_error(("route: \"" + route + "\" is not one of \"auto\", \"forward\", \"decode\"").c_str());
+  }
+}
+
+}  // namespace
 
 NB_MODULE(_C, m) {
   using namespace flashattn;
@@ -21,6 +40,9 @@ NB_MODULE(_C, m) {
         "Testing aid: the operators fill their outputs with NaN before the kernel runs.");
   m.def("set_skip_library_calls", &torch_ops::set_skip_library_calls, "on"_a,
         "Testing aid: the operators allocate their outputs but do not call the library.");
+  m.def("set_kvcache_route", &set_kvcache_route, "route"_a,
+        "Testing aid: where the GPU's KV-cache call attends: \"auto\" (the forward from 128 query rows), "
+        "\"forward\" (wherever it can), \"decode\" (always the decode kernel).");
   m.def("last_error_code", &torch_ops::last_error_code,
         "The StatusCode of the last error a flashattn operator raised on this thread.");
 

@@ -247,6 +247,70 @@ def test_decode_captured_in_a_cuda_graph_replays_exactly():
     assert not out_g.isnan().any()
 
 
+@pytest.fixture
+def kvcache_route():
+    """Sets the GPU's KV-cache route for one test (flashattn._C.set_kvcache_route), then "auto" again."""
+    yield flashattn._C.set_kvcache_route
+    flashattn._C.set_kvcache_route("auto")
+
+
+@needs_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("route", ["auto", "forward", "decode"])
+@pytest.mark.parametrize("page_size", [0, 16, 256])
+def test_long_queries_match_reference_on_each_route(route, page_size, kvcache_route):
+    """Chunked prefill against a cache (160 new tokens appended and attended, causal, rotary, GQA):
+    from 128 query rows the decode family runs the forward ("auto"); forced either way, the same answer.
+    A capacity of 640 keys makes whole key blocks (sm90's forward); 600 does not (sm80's)."""
+    kvcache_route(route)
+    dtype, batch, heads_q, heads_kv, d, new = torch.bfloat16, 2, 8, 2, 128, 160
+    for capacity in (640, 600):
+        cache_lens = [300, 17]
+        k_cache, v_cache, table, _ = make_cache(batch, capacity, heads_kv, d, d, dtype, page_size, cache_lens, new)
+        q = torch.randn(batch, new, heads_q, d).to(dtype)
+        k, v = torch.randn(batch, new, heads_kv, d).to(dtype), torch.randn(batch, new, heads_kv, d).to(dtype)
+        cos, sin = rotary_tables(capacity + new, d, dtype, "cpu")
+        seqlens = torch.tensor(cache_lens, dtype=torch.int32)
+        args = (k_cache, v_cache, k, v, cos, sin, seqlens, None, table, True, (-1, -1), 0.0, False)
+        out_ref, lse_ref, k_ref, v_ref = kvcache_reference(q, *args, upcast=True)
+        out_pt, lse_pt, _, _ = kvcache_reference(q, *args, upcast=False)
+        qd, kcd, vcd, kd, vd, cosd, sind, seqd, tabled = on("cuda", q, k_cache, v_cache, k, v, cos, sin, seqlens, table)
+        out, lse = flash_attn_with_kvcache(qd, kcd, vcd, kd, vd, rotary_cos=cosd, rotary_sin=sind, cache_seqlens=seqd,
+                                           block_table=tabled, causal=True, rotary_interleaved=False,
+                                           return_softmax_lse=True, path="decode")
+        reference.assert_by_rule("out", out.cpu(), out_ref, out_pt, dtype)
+        reference.assert_by_rule("lse", lse.cpu(), lse_ref, lse_pt, dtype)
+        assert_caches(kcd.cpu(), vcd.cpu(), k_ref, v_ref, True, dtype)
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_long_queries_captured_in_a_cuda_graph_replay_exactly():
+    """The forward route allocates nothing and never synchronizes either: its sequence index is
+    written on the device into the planned workspace, so a captured call replays as an eager one."""
+    dtype = torch.bfloat16
+    q, k_cache, v_cache, _, _, seqlens, table = decode_problem(3, 1000, 16, 4, 128, dtype, 64, seed=2)
+    qd, kcd, vcd, seqd, tabled = on("cuda", q.expand(-1, 256, -1, -1).contiguous(), k_cache, v_cache, seqlens, table)
+    kw = dict(cache_seqlens=seqd, block_table=tabled, causal=True, return_softmax_lse=True, path="decode")
+    flash_attn_with_kvcache(qd, kcd, vcd, **kw)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_g, lse_g = flash_attn_with_kvcache(qd, kcd, vcd, **kw)
+    qd.copy_(torch.randn_like(qd))
+    seqd.copy_(torch.tensor([999, 300, 640], dtype=torch.int32))
+    graph.replay()
+    out_e, lse_e = flash_attn_with_kvcache(qd, kcd, vcd, **kw)
+    torch.cuda.synchronize()
+    assert torch.equal(out_g, out_e) and torch.equal(lse_g, lse_e)
+    assert not out_g.isnan().any()
+
+
+def test_set_kvcache_route_names_its_choices():
+    with pytest.raises(ValueError, match="route"):
+        flashattn._C.set_kvcache_route("fastest")
+
+
 def test_paged_equals_contiguous_bitwise():
     torch.manual_seed(0)
     batch, capacity, heads_kv, d = 2, 48, 2, 64

@@ -28,6 +28,8 @@ struct Plan {
   // What the workspace's address must be a multiple of (the kernels' vector stores, atomics); the
   // API refuses any other by name before the run.
   std::size_t workspace_alignment = 1;
+  std::size_t detail_size = 0;  // bytes of `detail` the family's Detail fills (a family that runs
+                                // another's plan inside its own keeps only these)
   alignas(16) unsigned char detail[kDetailBytes] = {};
 
   template <class Detail>
@@ -35,6 +37,7 @@ struct Plan {
     static_assert(std::is_trivially_copyable_v<Detail> && sizeof(Detail) <= kDetailBytes && alignof(Detail) <= 16,
                   "a family's plan detail is a small trivially copyable struct");
     std::memcpy(detail, &d, sizeof(Detail));
+    detail_size = sizeof(Detail);
   }
   template <class Detail>
   Detail get() const {

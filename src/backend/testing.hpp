@@ -2,7 +2,8 @@
 // never read from the environment by the library: plan as if the GPU were another one, so that
 // paths a given GPU would not take (the A100's tiles on a Hopper GPU, a split tail on 3 SMs) are
 // tested too. Zero keeps the device's own value. The CPU's choice of products for bf16 inputs can be
-// forced the same way, so both of its paths run on every machine.
+// forced the same way, so both of its paths run on every machine, and so can the decode family's
+// choice between its own kernel and the forward for a KV-cache call, so both run every case.
 #pragma once
 
 #include <atomic>
@@ -19,8 +20,12 @@ struct DeviceOverrides {
 // the CPU has no bf16 kernels: slow, for tests).
 enum class CpuProducts { automatic = 0, f32 = 1, bf16 = 2 };
 
+// Which attention the decode family gives a KV-cache call the forward can run (decode/forward_route.hpp):
+// chosen by the number of query rows, always the forward, or always the decode kernel.
+enum class KVCacheRoute { automatic = 0, forward = 1, decode = 2 };
+
 inline std::atomic<int>& override_slot(int which) {
-  static std::atomic<int> slots[3] = {};
+  static std::atomic<int> slots[4] = {};
   return slots[which];
 }
 inline void set_device_overrides(const DeviceOverrides& o) {
@@ -33,5 +38,8 @@ inline DeviceOverrides device_overrides() {
 
 inline void set_cpu_products(CpuProducts c) { override_slot(2).store(static_cast<int>(c), std::memory_order_relaxed); }
 inline CpuProducts cpu_products() { return static_cast<CpuProducts>(override_slot(2).load(std::memory_order_relaxed)); }
+
+inline void set_kvcache_route(KVCacheRoute r) { override_slot(3).store(static_cast<int>(r), std::memory_order_relaxed); }
+inline KVCacheRoute kvcache_route() { return static_cast<KVCacheRoute>(override_slot(3).load(std::memory_order_relaxed)); }
 
 }  // namespace flashattn::testing

@@ -1,7 +1,7 @@
 # The decode family (the KV-cache call on the GPU: split-KV attention over contiguous or paged
-# caches, on mma.sync / cp.async, sm_80 and later): the plan and registry (family.cu), the append
-# and rotary kernels (prepare.cu), the split combine (combine.cu), and one attention translation
-# unit per (dtype, head dim) of FLASHATTN_HEADDIMS among 64, 128, 256 (smaller ones round up),
+# caches, on mma.sync / cp.async, sm_80 and later): the plan and registry (family.cu), the route of
+# long query calls through the forward (forward_route.cu), the append and rotary kernels
+# (prepare.cu), the split combine (combine.cu), and one attention translation unit per (dtype, head dim) of FLASHATTN_HEADDIMS among 64, 128, 256 (smaller ones round up),
 # compiled for every arch of FLASHATTN_CUDA_ARCHS. Included from src/cuda/CMakeLists.txt.
 set(FLASHATTN_DECODE_HEADDIMS "")
 set(_fa_decode_supported_headdims 64 128 256)
@@ -27,5 +27,6 @@ if(FLASHATTN_DECODE_HEADDIMS)
 endif()
 flashattn_add_cuda_sources("${FLASHATTN_CUDA_ARCHS}"
   ${CMAKE_CURRENT_LIST_DIR}/family.cu
+  ${CMAKE_CURRENT_LIST_DIR}/forward_route.cu
   ${CMAKE_CURRENT_LIST_DIR}/prepare.cu
   ${CMAKE_CURRENT_LIST_DIR}/combine.cu)

@@ -6,6 +6,8 @@
 //   2. rotate q into the workspace (prepare.cu), when rotary tables are given;
 //   3. attention (attend_kernel.cuh) over (split, packed-row tile, kv head, sequence);
 //   4. combine (combine.cu), when split: the partials merged by their LSE into out and lse.
+// A call with many query rows (chunked prefill) takes the forward instead of steps 3 and 4
+// (forward_route.hpp), planned here and run in this family's workspace.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -17,6 +19,7 @@
 #include "cuda/common/instances.hpp"
 #include "cuda/common/mask.cuh"
 #include "cuda/cuda_backend.hpp"
+#include "cuda/decode/forward_route.hpp"
 #include "cuda/decode/launch.hpp"
 #include "cuda/decode/shape.cuh"
 #include "decode/instances.h"
@@ -45,20 +48,30 @@ const Instance kInstances[] = {kNoInstance, FLASHATTN_DECODE_HEADDIMS(FLASHATTN_
 
 const Instance* find_instance(int64_t head_dim) { return smallest_instance_holding(kInstances, head_dim); }
 
-// Workspace: [rotated q][partial lse][partial out], each 256-byte aligned; absent parts are empty.
+// Workspace: [rotated q][partial lse][partial out], or through the forward [rotated q][sequence
+// index][the forward's workspace]; each part 256-byte aligned, absent parts empty.
 struct Layout {
-  std::size_t q_rotated = 0, partial_lse = 0, partial_out = 0, bytes = 0;
+  std::size_t q_rotated = 0, partial_lse = 0, partial_out = 0, index = 0, forward = 0, bytes = 0;
 };
 
 std::size_t align256(std::size_t x) { return (x + 255) / 256 * 256; }
 
+std::size_t rotated_q_end(const KVCacheParams& p) {
+  if (p.rotary_cos == nullptr) return 0;
+  return align256(static_cast<std::size_t>(p.batch * p.seqlen_q * p.heads_q * p.hdim_qk) * 2);
+}
+
+Layout forward_route_layout(const KVCacheParams& p, const ForwardRoute& route) {
+  Layout l;
+  l.index = rotated_q_end(p);
+  l.forward = align256(l.index + sequence_index_bytes(p));
+  l.bytes = align256(l.forward + route.workspace_bytes);
+  return l;
+}
+
 Layout workspace_layout(const KVCacheParams& p, int num_splits) {
   Layout l;
-  std::size_t at = 0;
-  if (p.rotary_cos != nullptr) {
-    l.q_rotated = at;
-    at = align256(at + static_cast<std::size_t>(p.batch * p.seqlen_q * p.heads_q * p.hdim_qk) * 2);
-  }
+  std::size_t at = rotated_q_end(p);
   if (num_splits > 1) {
     const std::size_t rows = static_cast<std::size_t>(p.batch * p.heads_q * p.seqlen_q);
     l.partial_lse = at;
@@ -71,9 +84,10 @@ Layout workspace_layout(const KVCacheParams& p, int num_splits) {
 }
 
 struct PlanDetail {
-  AttendRunFn run;
+  AttendRunFn run;  // null when the route runs the call
   int num_splits;
   Layout layout;
+  ForwardRoute route;
 };
 
 int num_m_blocks(const KVCacheParams& p) {
@@ -148,6 +162,16 @@ Status check_layout(const KVCacheParams& p) {
 }
 
 Status plan_kvcache(const KVCacheParams& p, Plan* plan) {
+  DeviceInfo dev;
+  FLASHATTN_TRY(device_info(&dev));
+  ForwardRoute route;
+  if (wants_forward_route(p, dev.num_sms) && plan_forward_route(p, &route).ok()) {
+    const Layout layout = forward_route_layout(p, route);
+    plan->workspace_bytes = layout.bytes;
+    plan->workspace_alignment = std::max<std::size_t>(16, route.workspace_alignment);
+    plan->set(PlanDetail{nullptr, 1, layout, route});
+    return Status::success();
+  }
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
     return Status::unsupported(std::string(kWho) + ": dtype " + to_string(p.dtype) +
                                " is not supported: the tensor-core kernels take f16 or bf16 (f32 runs on the CPU backend)");
@@ -159,8 +183,6 @@ Status plan_kvcache(const KVCacheParams& p, Plan* plan) {
                                " (max of hdim_qk, hdim_v) has no compiled decode instance: this build has \"" +
                                FLASHATTN_DECODE_HEADDIMS_STRING + "\" (FLASHATTN_HEADDIMS among 64, 128, 256)");
   }
-  DeviceInfo dev;
-  FLASHATTN_TRY(device_info(&dev));
   if (dev.cc_major < 8) {
     return Status::unsupported(std::string(kWho) + ": needs compute capability >= 8.0, the current device has " +
                                std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor));
@@ -173,7 +195,7 @@ Status plan_kvcache(const KVCacheParams& p, Plan* plan) {
   const Layout layout = workspace_layout(p, splits);
   plan->workspace_bytes = layout.bytes;
   plan->workspace_alignment = layout.bytes > 0 ? 16 : 1;  // the kernels store 16-byte vectors into it
-  plan->set(PlanDetail{inst->run[i], splits, layout});
+  plan->set(PlanDetail{inst->run[i], splits, layout, {}});
   return Status::success();
 }
 
@@ -298,10 +320,14 @@ Status run_kvcache(const Plan& plan, const KVCacheParams& p) {
   auto* stream = static_cast<cudaStream_t>(p.stream);
   auto* workspace = static_cast<unsigned char*>(p.workspace);
   if (p.seqlen_new > 0) FLASHATTN_TRY(append(p, stream));
+  void* q_rotated = p.rotary_cos != nullptr ? workspace + d.layout.q_rotated : nullptr;
+  if (q_rotated != nullptr) FLASHATTN_TRY(rotate_q(p, q_rotated, stream));
+  if (d.route.family != nullptr) {
+    return run_forward_route(d.route, p, cache_index(p), q_rotated != nullptr ? q_rotated : p.q, q_rotated != nullptr,
+                             workspace + d.layout.index, workspace + d.layout.forward, stream);
+  }
   AttendParams a = attend_params(p, d);
-  if (p.rotary_cos != nullptr) {
-    void* q_rotated = workspace + d.layout.q_rotated;
-    FLASHATTN_TRY(rotate_q(p, q_rotated, stream));
+  if (q_rotated != nullptr) {
     a.q = q_rotated;
     a.q_head_stride = p.hdim_qk;
     a.q_row_stride = p.heads_q * p.hdim_qk;

@@ -43,6 +43,16 @@ struct RotateQParams {
   bool per_query;  // KVCacheParams::rotary_per_query()
 };
 
+// A KV-cache call as the varlen forward sees it (forward_route.cu): q's rows packed b · seqlen_q
+// apart, each sequence's keys(b) as prefix sums, and a contiguous cache's rows as one-page tables.
+struct SequenceIndexParams {
+  CacheIndex index;        // without cache_leftpad: sequence b's keys are cache rows [0, keys(b))
+  int batch, seqlen_q;
+  int32_t* cu_seqlens_q;   // [batch + 1]: b · seqlen_q
+  int32_t* cu_seqlens_k;   // [batch + 1]: Σ_{b' < b} keys(b')
+  int32_t* cache_rows;     // [batch]: cache_row(b); null for a paged cache
+};
+
 struct CombineParams {
   const float* partial_out;  // [num_splits][rows][hdim_v]
   const float* partial_lse;  // [num_splits][rows]
@@ -59,6 +69,7 @@ inline constexpr int kMaxSplits = 128;
 Status launch_append(const AppendParams& p, DType dtype, bool paged, cudaStream_t stream);
 Status launch_rotate_q(const RotateQParams& p, DType dtype, cudaStream_t stream);
 Status launch_combine(const CombineParams& p, DType dtype, cudaStream_t stream);
+Status launch_sequence_index(const SequenceIndexParams& p, cudaStream_t stream);
 
 // One attention instance (Tag, D): launch on a grid of (num_splits, num_m_blocks·heads_kv, batch).
 using AttendRunFn = Status (*)(const AttendParams& p, bool paged, cudaStream_t stream);

@@ -60,6 +60,10 @@ struct CacheIndex {
   }
   // Keys sequence b attends to after the append, rows [first_key(b), cached(b) + seqlen_new): ≤ capacity.
   __device__ __forceinline__ int keys(int b) const { return cached(b) - first_key(b) + seqlen_new; }
+  // Contiguous caches: the cache row sequence b lives in, clamped to [0, batch_cache).
+  __device__ __forceinline__ int cache_row(int b) const {
+    return cache_batch_idx == nullptr ? b : clamp(cache_batch_idx[b], 0, batch_cache - 1);
+  }
 
   // Sequence b's keys of kv head h in `side`: key t at cache row first_key(b) + t (the attention's
   // addressing; the append's is rows(), from row 0).
@@ -82,8 +86,7 @@ struct CacheIndex {
       r.last_page = num_pages - 1;
       r.page_stride = side.batch_stride;
     } else {
-      const int row = cache_batch_idx == nullptr ? b : clamp(cache_batch_idx[b], 0, batch_cache - 1);
-      r.base = int64_t{row} * side.batch_stride + int64_t{h} * side.head_stride;
+      r.base = int64_t{cache_row(b)} * side.batch_stride + int64_t{h} * side.head_stride;
     }
     return r;
   }

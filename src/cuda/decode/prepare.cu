@@ -3,8 +3,12 @@
 // workspace. Small kernels: one warp per row, lanes over the row's elements (or rotary pairs), fp32
 // arithmetic rounded once to the cache's dtype, as the CPU backend does (src/cpu/kvcache.cpp).
 // Positions and cache addresses are clamped (params.cuh): a bad index never writes outside the cache.
+// For calls routed through the forward (forward_route.cu), the sequence index the varlen forward
+// reads: one block scans the sequences' key counts.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cub/block/block_scan.cuh>
 
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/decode/launch.hpp"
@@ -79,6 +83,31 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) rotate_q_kernel(const __g
   copy_rotated_row<Tag>(p.q_rotated, int64_t{warp} * p.hdim_qk, p.q, src, p.hdim_qk, p.rotary, pos, lane);
 }
 
+// cu_seqlens_q, cu_seqlens_k and the contiguous cache's one-page tables of SequenceIndexParams. One
+// block: thread t sums the key counts of its run of sequences, a block scan gives each run its start.
+constexpr int kIndexThreads = 1024;
+__global__ void __launch_bounds__(kIndexThreads) sequence_index_kernel(const __grid_constant__ SequenceIndexParams p) {
+  using Scan = cub::BlockScan<int, kIndexThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  const int per_thread = (p.batch + kIndexThreads - 1) / kIndexThreads;
+  const int first = min(static_cast<int>(threadIdx.x) * per_thread, p.batch);
+  const int last = min(first + per_thread, p.batch);
+  int keys = 0;
+  for (int b = first; b < last; ++b) keys += p.index.keys(b);
+  int start = 0, total = 0;
+  Scan(scan).ExclusiveSum(keys, start, total);
+  for (int b = first; b < last; ++b) {
+    p.cu_seqlens_q[b] = b * p.seqlen_q;
+    p.cu_seqlens_k[b] = start;
+    start += p.index.keys(b);
+    if (p.cache_rows != nullptr) p.cache_rows[b] = p.index.cache_row(b);
+  }
+  if (threadIdx.x == 0) {
+    p.cu_seqlens_q[p.batch] = p.batch * p.seqlen_q;
+    p.cu_seqlens_k[p.batch] = total;
+  }
+}
+
 unsigned blocks_for(int64_t warps) { return static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
 template <class Tag>
@@ -102,6 +131,11 @@ Status launch_rotate_q_as(const RotateQParams& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+Status launch_sequence_index(const SequenceIndexParams& p, cudaStream_t stream) {
+  sequence_index_kernel<<<1, kIndexThreads, 0, stream>>>(p);
+  return cuda_status("cuda decode sequence index", cudaGetLastError(), "kernel launch");
+}
 
 Status launch_append(const AppendParams& p, DType dtype, bool paged, cudaStream_t stream) {
   return dtype == DType::bf16 ? launch_append_as<ptx::BF16>(p, paged, stream) : launch_append_as<ptx::F16>(p, paged, stream);

@@ -60,7 +60,7 @@ bool rows_evenly_spaced(int64_t batch, int64_t rows, int64_t batch_stride, int64
 
 bool enough_queries(const KVCacheParams& p, int num_sms) {
   if (p.seqlen_q >= kForwardRouteMinQueries) return true;
-  return p.seqlen_q >= kForwardRouteMinQueriesFullGrid && 4 * p.batch * p.heads_q >= 3 * int64_t{num_sms};
+  return p.seqlen_q >= kForwardRouteMinQueriesWideGrid && 10 * p.batch * p.heads_q >= 4 * int64_t{num_sms};
 }
 
 }  // namespace

@@ -19,11 +19,11 @@
 namespace flashattn::cuda::decode {
 
 // When the forward is faster than the decode kernel (measured on the H200, bf16 GQA 32/8 hdim 128,
-// docs/kvcache.md "Long queries"): from 128 query rows per sequence (1.05–5× at 128, 1.8–6.3× from
-// 192), and from 64 when the forward's tiles (batch · heads_q of them) fill most SMs (batch 4:
-// 1.5–2.4×; batch 1, 32 tiles: 0.8–1.1×).
+// docs/kvcache.md "Long queries"): from 128 query rows per sequence (1.0–5× at 128, 1.8–6.3× from
+// 192), and from 64 when the forward's first tiles (batch · heads_q of them) fill 40 % of the SMs or
+// more (64 rows at batch 2: 1.0–1.2×, batch 4: 1.7–2.4×; at batch 1, 32 tiles: 0.8–1.1×).
 inline constexpr int64_t kForwardRouteMinQueries = 128;
-inline constexpr int64_t kForwardRouteMinQueriesFullGrid = 64;
+inline constexpr int64_t kForwardRouteMinQueriesWideGrid = 64;
 
 // The forward family's plan for the call, kept inside the decode family's plan.
 struct ForwardRoute {

@@ -154,19 +154,23 @@ class RouteForced {
   knobs::KVCacheRoute before_;
 };
 
-class KVCacheForwardRoute : public ::testing::TestWithParam<Param> {};
+class KVCacheForwardRoute : public ::testing::TestWithParam<Param> {
+ protected:
+  // The case on the GPU family with the decode family's route forced to `route`.
+  void expect_matches_on(knobs::KVCacheRoute route) {
+    const auto& [backend, c] = GetParam();
+    if (backend.on_host()) GTEST_SKIP() << "the route is the decode family's";
+    FA_REQUIRE_BACKEND(backend);
+    const RouteForced forced(route);
+    Rng rng;
+    KVProblem p = make_kv_problem(c, rng);
+    const KVExpected e = expect_of(p);
+    FA_RUN_OR_SKIP(run_kvcache(backend, p));
+    expect_kvcache_matches(p, e);
+  }
+};
 
-TEST_P(KVCacheForwardRoute, MatchesReference) {
-  const auto& [backend, c] = GetParam();
-  if (backend.on_host()) GTEST_SKIP() << "the route is the decode family's";
-  FA_REQUIRE_BACKEND(backend);
-  const RouteForced forced(knobs::KVCacheRoute::forward);
-  Rng rng;
-  KVProblem p = make_kv_problem(c, rng);
-  const KVExpected e = expect_of(p);
-  FA_RUN_OR_SKIP(run_kvcache(backend, p));
-  expect_kvcache_matches(p, e);
-}
+TEST_P(KVCacheForwardRoute, MatchesReference) { expect_matches_on(knobs::KVCacheRoute::forward); }
 
 INSTANTIATE_TEST_SUITE_P(All, KVCacheForwardRoute, ::testing::Combine(::testing::ValuesIn(all_backends()),
                                                                       ::testing::ValuesIn(all_cases())),
@@ -176,16 +180,8 @@ INSTANTIATE_TEST_SUITE_P(All, KVCacheForwardRoute, ::testing::Combine(::testing:
 
 // The long-query cases again with the route forced off: the decode kernel keeps every query count.
 TEST_P(KVCacheForwardRoute, DecodeKernelStillTakesLongQueries) {
-  const auto& [backend, c] = GetParam();
-  if (backend.on_host()) GTEST_SKIP() << "the route is the decode family's";
-  if (c.seqlen_q < 128) GTEST_SKIP() << "MatchesReference runs it on the decode kernel";
-  FA_REQUIRE_BACKEND(backend);
-  const RouteForced forced(knobs::KVCacheRoute::decode);
-  Rng rng;
-  KVProblem p = make_kv_problem(c, rng);
-  const KVExpected e = expect_of(p);
-  FA_RUN_OR_SKIP(run_kvcache(backend, p));
-  expect_kvcache_matches(p, e);
+  if (std::get<1>(GetParam()).seqlen_q < 64) GTEST_SKIP() << "KVCache.MatchesReference runs it on the decode kernel";
+  expect_matches_on(knobs::KVCacheRoute::decode);
 }
 
 // A paged cache holding bitwise the same keys and values as a contiguous one gives bitwise the

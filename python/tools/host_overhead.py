@@ -14,7 +14,7 @@ import torch
 
 import flashattn
 from flashattn import _C, _ops
-from flashattn.interface import _pad_head_dim
+from flashattn.interface import _check_tensors, _pad_head_dims, _score_options
 
 
 def us_per_call(fn, n=2000, rounds=7):
@@ -57,7 +57,9 @@ def main():
         lambda: _ops.bwd(dout, q, k, v, out, lse, *fwd_args[:-1], False))
     rows["  out + lse allocation (torch.empty)"] = us_per_call(
         lambda: (torch.empty((1, 128, 8, 64)), torch.empty((1, 8, 128))))
-    rows["  _pad_head_dim x3"] = us_per_call(lambda: (_pad_head_dim(q), _pad_head_dim(k), _pad_head_dim(v)))
+    rows["  _check_tensors"] = us_per_call(lambda: _check_tensors(q, k, v, None, None, None))
+    rows["  _pad_head_dims"] = us_per_call(lambda: _pad_head_dims(q, k, v))
+    rows["  _score_options"] = us_per_call(lambda: _score_options(64, None, False, (-1, -1), 0.0))
     _C.set_skip_library_calls(False)
     rows["  fwd op, path 'nope' (checks, allocation, validation, error)"] = us_per_call(
         lambda: _try(lambda: _ops.fwd(q, k, v, *fwd_args, "nope")), 500)

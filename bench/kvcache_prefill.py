@@ -50,7 +50,7 @@ def routed(route, fn):
     return call
 
 
-def cell(batch, cache, tokens, page, reps):
+def cell(batch, cache, tokens, page, reps, splits=()):
     dev, dt = "cuda", torch.bfloat16
     capacity = cache + tokens
     capacity += -capacity % 256  # whole pages, and whole key blocks for the sm90 forward
@@ -72,10 +72,10 @@ def cell(batch, cache, tokens, page, reps):
     cu_q = torch.arange(0, (batch + 1) * tokens, tokens, device=dev, dtype=torch.int32)
     cu_k = torch.arange(0, (batch + 1) * keys, keys, device=dev, dtype=torch.int32)
 
-    def kvcache():
+    def kvcache(num_splits=0):
         # Same lengths every call: the append rewrites rows cache..cache+tokens.
         return flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=seqlens, block_table=table,
-                                       causal=True)
+                                       causal=True, num_splits=num_splits)
 
     calls = {
         "decode kernel": routed("decode", kvcache),
@@ -83,6 +83,8 @@ def cell(batch, cache, tokens, page, reps):
         "auto": kvcache,
         "varlen (packed K/V)": lambda: flash_attn_varlen_func(qp, kp, vp, cu_q, cu_k, tokens, keys, causal=True),
     }
+    for s in splits:  # the decode kernel with num_splits = s (a given num_splits keeps it)
+        calls[f"decode, {s} splits"] = lambda s=s: kvcache(s)
     ms = time_calls(calls, reps)
     flops = causal_flops(batch, tokens, keys)
     return {name: (t, flops / t / 1e9) for name, t in ms.items()}
@@ -95,18 +97,20 @@ def main():
     ap.add_argument("--batches", default="1,4")
     ap.add_argument("--pages", default="0,64")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--splits", default="", help="also the decode kernel at these num_splits (tuning)")
     args = ap.parse_args()
     ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}: flash_attn_with_kvcache with many query "
           f"tokens (bf16, causal, GQA {HEADS}/{HEADS_KV}, hdim {D}); TFLOP/s (µs per call)\n")
-    names = ["decode kernel", "forward route", "auto", "varlen (packed K/V)"]
+    splits = ints(args.splits) if args.splits else []
+    names = ["decode kernel", "forward route", "auto", "varlen (packed K/V)"] + [f"decode, {s} splits" for s in splits]
     print("| batch | cache | tokens | page | " + " | ".join(names) + " | forward / decode |")
     print("|---" * (5 + len(names)) + "|")
     for batch in ints(args.batches):
         for cache in ints(args.caches):
             for page in ints(args.pages):
                 for tokens in ints(args.tokens):
-                    r = cell(batch, cache, tokens, page, args.reps)
+                    r = cell(batch, cache, tokens, page, args.reps, splits)
                     row = " | ".join(f"{r[n][1]:.1f} ({r[n][0] * 1e3:.0f})" for n in names)
                     ratio = r["decode kernel"][0] / r["forward route"][0]
                     print(f"| {batch} | {cache} | {tokens} | {page or '-'} | {row} | {ratio:.2f} |", flush=True)

@@ -36,12 +36,14 @@ struct Instance {
   int head_dim;
   AttendRunFn run[2];  // [dtype]: f16, bf16
   AttendCheckFn check[2];
+  std::size_t smem_bytes[2];  // [paged]: a thread block's shared memory (either 16-bit dtype)
 };
 
 #define FLASHATTN_DECODE_REGISTER(D)                                                                      \
   Instance{D, {&attend_run<ptx::F16, D>, &attend_run<ptx::BF16, D>},                                       \
-           {&attend_device_check<ptx::F16, D>, &attend_device_check<ptx::BF16, D>}},
-constexpr Instance kNoInstance{0, {nullptr, nullptr}, {nullptr, nullptr}};
+           {&attend_device_check<ptx::F16, D>, &attend_device_check<ptx::BF16, D>},                       \
+           {DecodeTraits<ptx::BF16, D, false>::kSmemBytes, DecodeTraits<ptx::BF16, D, true>::kSmemBytes}},
+constexpr Instance kNoInstance{0, {nullptr, nullptr}, {nullptr, nullptr}, {0, 0}};
 // kNoInstance first keeps the array non-empty when no head dim of the build has an instance.
 const Instance kInstances[] = {kNoInstance, FLASHATTN_DECODE_HEADDIMS(FLASHATTN_DECODE_REGISTER)};
 #undef FLASHATTN_DECODE_REGISTER
@@ -94,22 +96,32 @@ int num_m_blocks(const KVCacheParams& p) {
   return static_cast<int>((p.group_size() * p.seqlen_q + kBlockM - 1) / kBlockM);
 }
 
+// Thread blocks of `smem_bytes` that fit on one SM: the per-block opt-in limit is the SM's shared
+// memory less the 1 KB the runtime reserves per block (228 KB and 227 KB on the H100/H200).
+int64_t blocks_per_sm(const DeviceInfo& dev, std::size_t smem_bytes) {
+  constexpr int64_t kReserved = 1024;
+  return std::max<int64_t>(1, (int64_t{dev.smem_optin} + kReserved) / (static_cast<int64_t>(smem_bytes) + kReserved));
+}
+
 // Splits of each sequence's keys, from the shapes, the cache's capacity and the SM count (never the
 // cache lengths, which live on the device). The grid of blocks = batch · heads_kv · row tiles runs on
-// one slot per SM, paged or not (measured at batch 1 × 32k, page 16, since the table entries travel
-// with the K/V loads: 16 splits 3–5 % faster than 32). A grid that fills 80 % of the slots is not
-// split (more splits only add partials and a combine). Otherwise a split of a sequence with K key
+// one slot per SM, paged or not, when a kv head has one row tile (measured at batch 1 × 32k, page 16,
+// since the table entries travel with the K/V loads: 16 splits 3–5 % faster than 32); on as many
+// per SM as fit (two at D ≤ 128 on an H100/H200) when it has more: such blocks do several tiles'
+// math on each K/V byte, and a second block per SM hides its latency (16–64 query tokens at batch
+// 1–2, GQA 32/8: 1.1–1.2 × the one-slot choice, docs/kvcache.md). A grid that fills 80 % of the
+// slots is not split (more splits only add partials and a combine). Otherwise a split of a sequence with K key
 // blocks walks ceil(K / s) of them (at least kMinBlocksPerSplit) plus about kSplitOverhead blocks'
 // worth of fixed work (Q, the warps' merge, the partials), in ceil(blocks · s / slots) rounds; the
 // rule takes the s ≤ kMaxSplits of the least rounds × (steps + overhead), the fewest splits among
 // equals. Measured on the H200 (bench/decode_sweep.py, docs/kvcache.md): at batch 1 × 8 kv heads,
 // 16 splits (8 key blocks each at 8k keys) ran 9 % faster than 15 (9 for the longest), 33 slower.
 // A caller's num_splits wins. The kernel spreads a sequence's real key blocks evenly over the splits.
-int choose_splits(const KVCacheParams& p, const DeviceInfo& dev, int head_dim) {
+int choose_splits(const KVCacheParams& p, const DeviceInfo& dev, const Instance& inst) {
   if (p.num_splits > 0) return p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
   const int64_t blocks = p.batch * p.heads_kv * num_m_blocks(p);
-  const int64_t block_n = decode_shape(head_dim).block_n;
-  const int64_t slots = dev.num_sms;
+  const int64_t block_n = decode_shape(inst.head_dim).block_n;
+  const int64_t slots = dev.num_sms * (num_m_blocks(p) > 1 ? blocks_per_sm(dev, inst.smem_bytes[p.is_paged()]) : 1);
   const int64_t key_blocks = (p.seqlen_k + block_n - 1) / block_n;
   if (blocks == 0 || key_blocks == 0 || 5 * blocks >= 4 * slots) return 1;
   constexpr int64_t kSplitOverhead = 3;
@@ -191,7 +203,7 @@ Status plan_kvcache(const KVCacheParams& p, Plan* plan) {
   FLASHATTN_TRY(check_layout(p));
   const int i = dtype_index(p.dtype);
   FLASHATTN_TRY(inst->check[i](p.is_paged()));
-  const int splits = choose_splits(p, dev, inst->head_dim);
+  const int splits = choose_splits(p, dev, *inst);
   const Layout layout = workspace_layout(p, splits);
   plan->workspace_bytes = layout.bytes;
   plan->workspace_alignment = layout.bytes > 0 ? 16 : 1;  // the kernels store 16-byte vectors into it

@@ -314,7 +314,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
                             path="auto"):
-    """Attention of a few new queries per sequence against a KV cache (inference; no gradient).
+    """Attention of new queries against a KV cache (inference; no gradient): one or a few tokens per
+    sequence (decoding) on the GPU's split-KV decode kernel; from 128 tokens (64 on a wide batch),
+    as in chunked prefill, through the forward kernels over the cache as pages (docs/kvcache.md).
 
     If k and v are given, they are first written into the caches in place at positions
     cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1 (rotated first when rotary tables are given);
@@ -339,7 +341,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         softmax_scale, causal, window_size, softcap: as flash_attn_func (aligned to each sequence's keys).
         rotary_interleaved: pairs (0, 1), (2, 3), ... if True, else (i, i + rotary_dim / 2) (GPT-NeoX).
         alibi_slopes: must be None (not supported yet: NotImplementedError).
-        num_splits: key splits of the GPU decode kernel; 0 chooses from the shapes.
+        num_splits: key splits of the GPU decode kernel; 0 chooses from the shapes (a given value
+            keeps the call on the decode kernel at any seqlen_q).
         return_softmax_lse: also return softmax_lse (batch_size, nheads, seqlen_q) fp32.
         path: (keyword only) the kernel family, as flash_attn_func's.
     Returns:

@@ -96,6 +96,9 @@ int num_m_blocks(const KVCacheParams& p) {
   return static_cast<int>((p.group_size() * p.seqlen_q + kBlockM - 1) / kBlockM);
 }
 
+// Key blocks one of s splits walks.
+int64_t split_steps(int64_t key_blocks, int s) { return std::max<int64_t>((key_blocks + s - 1) / s, kMinBlocksPerSplit); }
+
 // Thread blocks of `smem_bytes` that fit on one SM: the per-block opt-in limit is the SM's shared
 // memory less the 1 KB the runtime reserves per block (228 KB and 227 KB on the H100/H200).
 int64_t blocks_per_sm(const DeviceInfo& dev, std::size_t smem_bytes) {
@@ -103,37 +106,48 @@ int64_t blocks_per_sm(const DeviceInfo& dev, std::size_t smem_bytes) {
   return std::max<int64_t>(1, (int64_t{dev.smem_optin} + kReserved) / (static_cast<int64_t>(smem_bytes) + kReserved));
 }
 
-// Splits of each sequence's keys, from the shapes, the cache's capacity and the SM count (never the
-// cache lengths, which live on the device). The grid of blocks = batch · heads_kv · row tiles runs on
-// one slot per SM, paged or not, when a kv head has one row tile (measured at batch 1 × 32k, page 16,
-// since the table entries travel with the K/V loads: 16 splits 3–5 % faster than 32); on as many
-// per SM as fit (two at D ≤ 128 on an H100/H200) when it has more: such blocks do several tiles'
-// math on each K/V byte, and a second block per SM hides its latency (16–64 query tokens at batch
-// 1–2, GQA 32/8: 1.1–1.2 × the one-slot choice, docs/kvcache.md). A grid that fills 80 % of the
-// slots is not split (more splits only add partials and a combine). Otherwise a split of a sequence with K key
-// blocks walks ceil(K / s) of them (at least kMinBlocksPerSplit) plus about kSplitOverhead blocks'
-// worth of fixed work (Q, the warps' merge, the partials), in ceil(blocks · s / slots) rounds; the
-// rule takes the s ≤ kMaxSplits of the least rounds × (steps + overhead), the fewest splits among
-// equals. Measured on the H200 (bench/decode_sweep.py, docs/kvcache.md): at batch 1 × 8 kv heads,
-// 16 splits (8 key blocks each at 8k keys) ran 9 % faster than 15 (9 for the longest), 33 slower.
-// A caller's num_splits wins. The kernel spreads a sequence's real key blocks evenly over the splits.
-int choose_splits(const KVCacheParams& p, const DeviceInfo& dev, const Instance& inst) {
-  if (p.num_splits > 0) return p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
-  const int64_t blocks = p.batch * p.heads_kv * num_m_blocks(p);
-  const int64_t block_n = decode_shape(inst.head_dim).block_n;
-  const int64_t slots = dev.num_sms * (num_m_blocks(p) > 1 ? blocks_per_sm(dev, inst.smem_bytes[p.is_paged()]) : 1);
-  const int64_t key_blocks = (p.seqlen_k + block_n - 1) / block_n;
+// The splits of `key_blocks` key blocks for `blocks` thread blocks on `slots` slots: a split of s
+// walks ceil(key_blocks / s) key blocks (at least kMinBlocksPerSplit) plus about kSplitOverhead
+// blocks' worth of fixed work (Q, the warps' merge, the partials), in ceil(blocks · s / slots)
+// rounds; the s ≤ kMaxSplits of the least rounds × (steps + overhead), the fewest among equals. A
+// grid that fills 80 % of the slots is not split (more splits only add partials and a combine).
+int best_splits(int64_t blocks, int64_t key_blocks, int64_t slots) {
   if (blocks == 0 || key_blocks == 0 || 5 * blocks >= 4 * slots) return 1;
   constexpr int64_t kSplitOverhead = 3;
   int best = 1;
   int64_t best_cost = INT64_MAX;
   for (int s = 1; s <= kMaxSplits; ++s) {
     const int64_t rounds = (blocks * s + slots - 1) / slots;
-    const int64_t steps = std::max<int64_t>((key_blocks + s - 1) / s, kMinBlocksPerSplit);
-    const int64_t cost = rounds * (steps + kSplitOverhead);
+    const int64_t cost = rounds * (split_steps(key_blocks, s) + kSplitOverhead);
     if (cost < best_cost) best = s, best_cost = cost;
   }
   return best;
+}
+
+// Splits of each sequence's keys, from the shapes, the cache's capacity and the SM count (never the
+// cache lengths, which live on the device), by best_splits over the grid of blocks = batch · heads_kv
+// · row tiles. Slots: one per SM, paged or not, when a kv head has one 16-row tile (measured at batch
+// 1 × 32k, page 16, since the table entries travel with the K/V loads: 16 splits 3–5 % faster than
+// 32). With more row tiles a block does several tiles' math per K/V byte, and a second block per SM
+// hides its latency: as many per SM as fit (two at D ≤ 128 on an H100/H200), as long as each split
+// still walks kMinStepsTwoSlots key blocks; shorter splits pay more in partials and their combine
+// than the second block wins. Measured on the H200, same process (docs/kvcache.md): GQA 32/8 with
+// 16–64 query tokens at batch 1–2 1.02–1.20 × the one-slot choice; MQA 32/1 at batch 8–32 1.1–1.26 ×,
+// but 0.79–0.88 × at batch 1 × 8k–32k, where the splits would walk 2–4 key blocks. Also measured:
+// at batch 1 × 8 kv heads and one tile, 16 splits (8 key blocks each at 8k keys) ran 9 % faster than
+// 15 (9 for the longest), 33 slower. A caller's num_splits wins. The kernel spreads a sequence's real
+// key blocks evenly over the splits.
+int choose_splits(const KVCacheParams& p, const DeviceInfo& dev, const Instance& inst) {
+  if (p.num_splits > 0) return p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
+  constexpr int64_t kMinStepsTwoSlots = 16;
+  const int64_t blocks = p.batch * p.heads_kv * num_m_blocks(p);
+  const int64_t block_n = decode_shape(inst.head_dim).block_n;
+  const int64_t key_blocks = (p.seqlen_k + block_n - 1) / block_n;
+  const int one_slot = best_splits(blocks, key_blocks, dev.num_sms);
+  const int64_t per_sm = blocks_per_sm(dev, inst.smem_bytes[p.is_paged()]);
+  if (num_m_blocks(p) == 1 || per_sm == 1) return one_slot;
+  const int more_slots = best_splits(blocks, key_blocks, per_sm * dev.num_sms);
+  return split_steps(key_blocks, more_slots) >= kMinStepsTwoSlots ? more_slots : one_slot;
 }
 
 Status check_sizes(const KVCacheParams& p) {

@@ -143,8 +143,10 @@ struct BackwardArgs : AttentionArgs {
   WorkspaceAllocator workspace_allocator;
 };
 
-// Attention of a few new query tokens per sequence against a KV cache, for inference: flash-attn's
-// flash_attn_with_kvcache. Sequence b attends to the first cache_seqlens[b] + seqlen_new keys of its
+// Attention of new query tokens against a KV cache, for inference: flash-attn's
+// flash_attn_with_kvcache. On the GPU a few tokens per sequence run on the decode family's split-KV
+// kernel; from 128 tokens (64 on a wide batch), as in chunked prefill, the same family runs the
+// forward kernels over the cache as pages (docs/kvcache.md). Sequence b attends to the first cache_seqlens[b] + seqlen_new keys of its
 // cache (seqlen_new = rows of k_new, 0 without), after k_new/v_new have been written into the cache
 // at positions [cache_seqlens[b], cache_seqlens[b] + seqlen_new) -- the cache is updated in place.
 // Causal and windows align bottom-right against that length (query i of seqlen_q sees key j iff
@@ -187,7 +189,8 @@ struct KVCacheArgs {
   TensorView lse;  // optional f32 [batch, heads_q, seqlen_q]
 
   AttentionOptions options;
-  int num_splits = 0;  // key-range splits of the decode kernel (Flash-Decoding); 0: chosen from the shapes
+  int num_splits = 0;  // key-range splits of the decode kernel (Flash-Decoding); 0: chosen from the
+                       // shapes; a given value keeps the call on the decode kernel at any seqlen_q
 
   std::string path = "auto";  // as AttentionArgs::path
   void* stream = nullptr;

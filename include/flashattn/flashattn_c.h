@@ -72,7 +72,8 @@ typedef struct fa_kvcache_args {
   fa_tensor out, lse;                     /* lse optional */
   const fa_options* options;              /* NULL: the defaults */
   int32_t rotary_interleaved;
-  int32_t num_splits;                     /* decode kernel splits; 0: chosen from the shapes (a given value keeps the decode kernel) */
+  /* Splits of the decode kernel; 0: chosen from the shapes (a given value keeps the decode kernel). */
+  int32_t num_splits;
   const char* path;                       /* NULL or "auto": any kernel family; else its name */
   void* stream;
   void* workspace;

@@ -297,51 +297,42 @@ INSTANTIATE_TEST_SUITE_P(All, KVCacheAllocator, ::testing::ValuesIn(all_backends
 // never a fault, an error, or a byte written outside the caches' and outputs' views. The host
 // families refuse such values instead (kvcache_bad_input_test.cpp). scripts/gpu_check.sh runs this
 // case under compute-sanitizer's memcheck, which shows any read out of bounds.
-class KVCacheBadIndices : public ::testing::TestWithParam<std::tuple<Backend, int64_t>> {};
-
-TEST_P(KVCacheBadIndices, ClampedOnTheDevice) {
-  const auto& [backend, page] = GetParam();
-  if (backend.on_host()) GTEST_SKIP() << "host tensors: the index values are checked (kvcache_bad_input_test)";
-  FA_REQUIRE_BACKEND(backend);
-  KVCase c = KVCase::decode({300, 77, 0, 513}, 520, 4, 2, 64).append(2).rotate(Rotary::interleaved).q_rows(2);
-  c = page ? c.paged(page) : c.indexed().left_padded({0, 0, 0, 0});
-  Rng rng;
-  KVProblem p = make_kv_problem(c, rng);
-  const int32_t huge = 1 << 30;
-  p.cache_seqlens.fill_i32({-7, huge, 519, 3});  // negative, past the capacity, no room to append, fine
-  if (page) {
-    for (int64_t i : {int64_t{0}, int64_t{3}}) p.block_table.set({1, i}, -1);
-    p.block_table.set({2, 0}, huge);
-  } else {
-    p.cache_batch_idx.fill_i32({-1, huge, 2, 0});
-    p.cache_leftpad.fill_i32({huge, -5, 600, 2});  // past the cached rows, negative, past the capacity, fine
+class KVCacheBadIndices : public ::testing::TestWithParam<std::tuple<Backend, int64_t>> {
+ protected:
+  // Garbage lengths, pages or cache rows (and left padding, where `left_padded`) in a cache of
+  // `capacity` keys per sequence: the call runs and writes nothing outside the views.
+  void expect_clamped(int64_t capacity, bool left_padded) {
+    const auto& [backend, page] = GetParam();
+    if (backend.on_host()) GTEST_SKIP() << "host tensors: the index values are checked (kvcache_bad_input_test)";
+    FA_REQUIRE_BACKEND(backend);
+    KVCase c = KVCase::decode({300, 77, 0, 513}, capacity, 4, 2, 64).append(2).rotate(Rotary::interleaved).q_rows(2);
+    c = page ? c.paged(page) : left_padded ? c.indexed().left_padded({0, 0, 0, 0}) : c.indexed();
+    Rng rng;
+    KVProblem p = make_kv_problem(c, rng);
+    const int32_t huge = 1 << 30;
+    const int32_t full = static_cast<int32_t>(capacity - 1);
+    p.cache_seqlens.fill_i32({-7, huge, full, 3});  // negative, past the capacity, no room to append, fine
+    if (page) {
+      for (int64_t i : {int64_t{0}, int64_t{3}}) p.block_table.set({1, i}, -1);
+      p.block_table.set({2, 0}, huge);
+    } else {
+      p.cache_batch_idx.fill_i32({-1, huge, 2, 0});
+      // past the cached rows, negative, past the capacity, fine
+      if (left_padded) p.cache_leftpad.fill_i32({huge, -5, static_cast<int32_t>(capacity + 80), 2});
+    }
+    FA_RUN_OR_SKIP(run_kvcache(backend, p));
+    for (const HostTensor* t : {&p.out, &p.lse, &p.k_cache, &p.v_cache}) EXPECT_EQ(t->gap_bytes_changed(), 0);
   }
-  FA_RUN_OR_SKIP(run_kvcache(backend, p));
-  for (const HostTensor* t : {&p.out, &p.lse, &p.k_cache, &p.v_cache}) EXPECT_EQ(t->gap_bytes_changed(), 0);
-}
+};
+
+TEST_P(KVCacheBadIndices, ClampedOnTheDevice) { expect_clamped(520, true); }
 
 // The same garbage through the forward route (contiguous caches without cache_leftpad, which the
-// route leaves to the decode kernel): the sequence index clamps lengths and cache rows, the forward
-// clamps pages.
+// route leaves to the decode kernel; a capacity of whole 128-key blocks, so sm90 takes it): the
+// sequence index clamps lengths and cache rows, the forward clamps pages.
 TEST_P(KVCacheBadIndices, ClampedThroughTheForwardRoute) {
-  const auto& [backend, page] = GetParam();
-  if (backend.on_host()) GTEST_SKIP() << "host tensors: the index values are checked (kvcache_bad_input_test)";
-  FA_REQUIRE_BACKEND(backend);
   const RouteForced forced(knobs::KVCacheRoute::forward);
-  KVCase c = KVCase::decode({300, 77, 0, 513}, 640, 4, 2, 64).append(2).rotate(Rotary::interleaved).q_rows(2);
-  c = page ? c.paged(page) : c.indexed();
-  Rng rng;
-  KVProblem p = make_kv_problem(c, rng);
-  const int32_t huge = 1 << 30;
-  p.cache_seqlens.fill_i32({-7, huge, 639, 3});
-  if (page) {
-    for (int64_t i : {int64_t{0}, int64_t{3}}) p.block_table.set({1, i}, -1);
-    p.block_table.set({2, 0}, huge);
-  } else {
-    p.cache_batch_idx.fill_i32({-1, huge, 2, 0});
-  }
-  FA_RUN_OR_SKIP(run_kvcache(backend, p));
-  for (const HostTensor* t : {&p.out, &p.lse, &p.k_cache, &p.v_cache}) EXPECT_EQ(t->gap_bytes_changed(), 0);
+  expect_clamped(640, false);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, KVCacheBadIndices,

@@ -290,12 +290,12 @@ Status rotate_q(const KVCacheParams& p, void* q_rotated, cudaStream_t stream) {
   return launch_rotate_q(r, p.dtype, stream);
 }
 
-AttendParams attend_params(const KVCacheParams& p, const PlanDetail& d) {
+AttendParams attend_params(const KVCacheParams& p, const PlanDetail& d, const QueryRows& q) {
   AttendParams a{};
-  a.q = p.q;
-  a.q_batch_stride = p.q_batch_stride;
-  a.q_row_stride = p.q_row_stride;
-  a.q_head_stride = p.q_head_stride;
+  a.q = q.data;
+  a.q_batch_stride = q.batch_stride;
+  a.q_row_stride = q.row_stride;
+  a.q_head_stride = q.head_stride;
   a.k = {p.k_cache, p.k_batch_stride, p.k_row_stride, p.k_head_stride};
   a.v = {p.v_cache, p.v_batch_stride, p.v_row_stride, p.v_head_stride};
   a.index = cache_index(p);
@@ -346,19 +346,13 @@ Status run_kvcache(const Plan& plan, const KVCacheParams& p) {
   auto* stream = static_cast<cudaStream_t>(p.stream);
   auto* workspace = static_cast<unsigned char*>(p.workspace);
   if (p.seqlen_new > 0) FLASHATTN_TRY(append(p, stream));
-  void* q_rotated = p.rotary_cos != nullptr ? workspace + d.layout.q_rotated : nullptr;
-  if (q_rotated != nullptr) FLASHATTN_TRY(rotate_q(p, q_rotated, stream));
+  if (p.rotary_cos != nullptr) FLASHATTN_TRY(rotate_q(p, workspace + d.layout.q_rotated, stream));
+  const QueryRows q = query_rows(p, workspace + d.layout.q_rotated);
   if (d.route.family != nullptr) {
-    return run_forward_route(d.route, p, cache_index(p), q_rotated != nullptr ? q_rotated : p.q, q_rotated != nullptr,
-                             workspace + d.layout.index, workspace + d.layout.forward, stream);
+    return run_forward_route(d.route, p, cache_index(p), q, workspace + d.layout.index, workspace + d.layout.forward,
+                             stream);
   }
-  AttendParams a = attend_params(p, d);
-  if (q_rotated != nullptr) {
-    a.q = q_rotated;
-    a.q_head_stride = p.hdim_qk;
-    a.q_row_stride = p.heads_q * p.hdim_qk;
-    a.q_batch_stride = p.seqlen_q * p.heads_q * p.hdim_qk;
-  }
+  AttendParams a = attend_params(p, d, q);
   if (d.num_splits == 1) return d.run(a, p.is_paged(), stream);
   a.out = nullptr;
   a.lse = nullptr;

@@ -24,16 +24,15 @@ SequenceIndex sequence_index_at(const KVCacheParams& p, void* at) {
   return {ints, ints + p.batch + 1, p.is_paged() ? nullptr : ints + 2 * (p.batch + 1)};
 }
 
-// The call as a varlen forward over a paged cache (forward_route.hpp). Query rows and the output are
-// packed b · seqlen_q rows apart (wants_forward_route checked the strides allow it); lse keeps its
+// The call as a varlen forward over a paged cache (forward_route.hpp). Query rows (q's or the rotated
+// copy's) and the output are packed b · seqlen_q rows apart (wants_forward_route checked the strides
+// allow it); lse keeps its
 // [batch, heads_q, seqlen_q] layout through its batch stride, less the sequence's packed offset.
-FwdParams forward_params(const KVCacheParams& p, const SequenceIndex& ix, const void* q, bool q_rotated) {
+FwdParams forward_params(const KVCacheParams& p, const SequenceIndex& ix, const QueryRows& q) {
   FwdParams f = p;
-  f.q = q;
-  if (q_rotated) {  // prepare.cu's contiguous copy
-    f.q_head_stride = p.hdim_qk;
-    f.q_row_stride = p.heads_q * p.hdim_qk;
-  }
+  f.q = q.data;
+  f.q_row_stride = q.row_stride;
+  f.q_head_stride = q.head_stride;
   f.q_batch_stride = 0;
   f.o_batch_stride = 0;
   f.lse_batch_stride = p.lse_batch_stride - p.seqlen_q;
@@ -69,8 +68,9 @@ bool wants_forward_route(const KVCacheParams& p, int num_sms) {
   const testing::KVCacheRoute forced = testing::kvcache_route();
   if (forced == testing::KVCacheRoute::decode) return false;
   if (forced != testing::KVCacheRoute::forward && !enough_queries(p, num_sms)) return false;
+  const QueryRows q = query_rows(p, p.q);  // a rotated copy's layout, or q's
   return p.cache_leftpad == nullptr && p.num_splits == 0 && p.batch >= 1 &&
-         (p.rotary_cos != nullptr || rows_evenly_spaced(p.batch, p.seqlen_q, p.q_batch_stride, p.q_row_stride)) &&
+         rows_evenly_spaced(p.batch, p.seqlen_q, q.batch_stride, q.row_stride) &&
          rows_evenly_spaced(p.batch, p.seqlen_q, p.o_batch_stride, p.o_row_stride) &&
          p.batch * p.seqlen_q <= INT_MAX && p.batch * p.seqlen_k <= INT_MAX;
 }
@@ -78,16 +78,13 @@ bool wants_forward_route(const KVCacheParams& p, int num_sms) {
 Status plan_forward_route(const KVCacheParams& p, ForwardRoute* route) {
   // The plan reads no index array: any non-null addresses make the call varlen and paged.
   alignas(16) static int32_t plan_only[3];
-  const FwdParams f = forward_params(p, {plan_only, plan_only + 1, plan_only + 2}, p.q, p.rotary_cos != nullptr);
-  Status first_reason = Status::unsupported("no forward family in this build");
+  const FwdParams f = forward_params(p, {plan_only, plan_only + 1, plan_only + 2}, query_rows(p, p.q));
+  Status refused = Status::unsupported("cuda decode: no forward family in this build");
   for (const Family* family : {&sm90_family(), &sm80_family()}) {
     if (!family->in_auto || family->forward.plan == nullptr) continue;
     Plan plan;
-    const Status s = family->forward.plan(f, &plan);
-    if (!s.ok()) {
-      if (family == &sm90_family()) first_reason = s;
-      continue;
-    }
+    refused = family->forward.plan(f, &plan);
+    if (!refused.ok()) continue;
     if (plan.detail_size > ForwardRoute::kDetailBytes) {
       return Status::unsupported(std::string("cuda decode: the ") + family->name + " forward's plan does not fit the route");
     }
@@ -98,15 +95,15 @@ Status plan_forward_route(const KVCacheParams& p, ForwardRoute* route) {
     std::memcpy(route->detail, plan.detail, plan.detail_size);
     return Status::success();
   }
-  return first_reason;
+  return refused;
 }
 
 std::size_t sequence_index_bytes(const KVCacheParams& p) {
   return static_cast<std::size_t>(3 * p.batch + 2) * sizeof(int32_t);
 }
 
-Status run_forward_route(const ForwardRoute& route, const KVCacheParams& p, const CacheIndex& index, const void* q,
-                         bool q_rotated, void* index_at, void* workspace, cudaStream_t stream) {
+Status run_forward_route(const ForwardRoute& route, const KVCacheParams& p, const CacheIndex& index,
+                         const QueryRows& q, void* index_at, void* workspace, cudaStream_t stream) {
   const SequenceIndex ix = sequence_index_at(p, index_at);
   SequenceIndexParams s{};
   s.index = index;
@@ -116,7 +113,7 @@ Status run_forward_route(const ForwardRoute& route, const KVCacheParams& p, cons
   s.cu_seqlens_k = ix.cu_seqlens_k;
   s.cache_rows = ix.cache_rows;
   FLASHATTN_TRY(launch_sequence_index(s, stream));
-  FwdParams f = forward_params(p, ix, q, q_rotated);
+  FwdParams f = forward_params(p, ix, q);
   f.workspace = workspace;
   f.workspace_bytes = route.workspace_bytes;
   Plan plan;

@@ -14,7 +14,7 @@
 #include <cstddef>
 
 #include "backend/family.hpp"
-#include "cuda/decode/params.cuh"
+#include "cuda/decode/launch.hpp"
 
 namespace flashattn::cuda::decode {
 
@@ -47,9 +47,8 @@ Status plan_forward_route(const KVCacheParams& p, ForwardRoute* route);
 std::size_t sequence_index_bytes(const KVCacheParams& p);
 
 // Writes the sequence index (of sequence_index_bytes) at `index_at`, from the call's cache `index`,
-// and runs the forward on q (p.q, or its rotated copy: contiguous [batch, seqlen_q, heads_q, hdim_qk])
-// with `workspace` of route.workspace_bytes.
-Status run_forward_route(const ForwardRoute& route, const KVCacheParams& p, const CacheIndex& index, const void* q,
-                         bool q_rotated, void* index_at, void* workspace, cudaStream_t stream);
+// and runs the forward on q (launch.hpp's query_rows) with `workspace` of route.workspace_bytes.
+Status run_forward_route(const ForwardRoute& route, const KVCacheParams& p, const CacheIndex& index,
+                         const QueryRows& q, void* index_at, void* workspace, cudaStream_t stream);
 
 }  // namespace flashattn::cuda::decode

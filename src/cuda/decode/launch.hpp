@@ -33,10 +33,21 @@ struct AppendParams {
   int batch, heads_kv, seqlen_new, hdim_qk, hdim_v;
 };
 
+// The q the attention reads (elements): the call's, or with rotary tables its rotated copy in the
+// workspace (`rotated`), which rotate_q writes contiguous [batch, seqlen_q, heads_q, hdim_qk].
+struct QueryRows {
+  const void* data;
+  int64_t batch_stride, row_stride, head_stride;
+};
+inline QueryRows query_rows(const KVCacheParams& p, const void* rotated) {
+  if (p.rotary_cos == nullptr) return {p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride};
+  return {rotated, p.seqlen_q * p.heads_q * p.hdim_qk, p.heads_q * p.hdim_qk, p.hdim_qk};
+}
+
 struct RotateQParams {
   const void* q;
   int64_t q_batch_stride, q_row_stride, q_head_stride;
-  void* q_rotated;  // contiguous [batch, seqlen_q, heads_q, hdim_qk]
+  void* q_rotated;  // contiguous [batch, seqlen_q, heads_q, hdim_qk] (query_rows)
   CacheIndex index;
   RotaryTables rotary;
   int batch, seqlen_q, heads_q, hdim_qk;

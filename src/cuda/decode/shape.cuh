@@ -74,4 +74,53 @@ struct DecodeTraits {
   static_assert(kMergeBytes <= 2 * kStages * KVTile::kBytes, "the merge fits in the K/V stages");
 };
 
+// The ring kernel's shape (attend_ring_kernel.cuh), for D = 128: 128-key blocks over eight warps (16
+// keys each), and K and V of a block staged apart, each a half-block of kBlockN rows, through a ring
+// of kSlots half-block slots (two in flight while a third is read). Against DecodeTraits: the same
+// bytes in flight per thread block, half the barriers per key, and twice the warps per SM to hide
+// the latency of each step's instructions (a batch-1 call runs one thread block per SM).
+template <class Tag_, int kHeadDim_, bool kPaged_>
+struct DecodeRingTraits {
+  using Tag = Tag_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kPaged = kPaged_;
+  static_assert(kHeadDim == 128, "the instances with a ring kernel (launch.hpp, has_ring_kernel)");
+
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBlockM = 16;
+  static constexpr int kBlockN = 128;
+  static constexpr int kKeysPerWarp = kBlockN / kWarps;
+  static constexpr int kSlots = 3;  // half-blocks: K_n, V_n, K_{n+1}, ... in slots h % kSlots
+  static constexpr int kNTiles = kKeysPerWarp / 8;
+  static constexpr int kDTiles = kHeadDim / 8;
+  static constexpr int kQKSteps = kHeadDim / 16;
+  static constexpr int kPVSteps = kKeysPerWarp / 16;
+  static_assert(kKeysPerWarp % 16 == 0, "a warp's keys are whole 16-key mma k-steps of P·V");
+
+  using QTile = SmemTile<kBlockM, kHeadDim>;
+  using KVTile = SmemTile<kBlockN, kHeadDim>;  // one half-block: K or V of a key block
+  static constexpr int kLoadRowStep = kThreads / KVTile::kChunksPerRow;
+  static constexpr int kLoadRows = kBlockN / kLoadRowStep;
+  static_assert(kThreads % KVTile::kChunksPerRow == 0 && kBlockN % kLoadRowStep == 0, "threads cover whole rows");
+
+  // Paged caches: row offsets of two key blocks (block m in buffer (m − n_begin) % 2), staged two
+  // blocks ahead; table entries of two blocks (entry slot (m − n_begin) % 2), fetched three ahead.
+  static constexpr int kOffsetBuffers = 2;
+  static constexpr std::size_t kRowOffsetsBytes = kPaged ? std::size_t{kOffsetBuffers} * 2 * kBlockN * sizeof(int64_t) : 0;
+  static constexpr std::size_t kEntriesBytes = kPaged ? std::size_t{kOffsetBuffers} * 2 * kBlockN * sizeof(int32_t) : 0;
+  static_assert(!kPaged || kThreads == 2 * kBlockN, "one thread per row and side stages the row offsets");
+
+  // Shared storage: Q | the ring | row offsets | table entries (paged). After the key loop the ring
+  // holds the warps' fp32 partial outputs and row statistics for the merge.
+  static constexpr uint32_t kQOffset = 0;
+  static constexpr uint32_t kKOffset = kQOffset + QTile::kBytes;  // the ring (the merge's area too)
+  static constexpr uint32_t kRowOffsetsOffset = kKOffset + kSlots * KVTile::kBytes;
+  static constexpr uint32_t kEntriesOffset = kRowOffsetsOffset + kRowOffsetsBytes;
+  static constexpr std::size_t kSmemBytes = kEntriesOffset + kEntriesBytes;
+  static constexpr std::size_t kMergeOutBytes = std::size_t{kWarps} * kBlockM * kHeadDim * 4;
+  static constexpr std::size_t kMergeBytes = kMergeOutBytes + 2 * std::size_t{kWarps} * kBlockM * 4;
+  static_assert(kMergeBytes <= kSlots * KVTile::kBytes, "the merge fits in the ring");
+};
+
 }  // namespace flashattn::cuda::decode

@@ -184,41 +184,6 @@ TEST_P(KVCacheForwardRoute, DecodeKernelStillTakesLongQueries) {
   expect_matches_on(knobs::KVCacheRoute::decode);
 }
 
-// Every case again on the decode family's ring kernel (128-key blocks, K and V staged apart: the D =
-// 128 instance), its head dims raised by 64 where both are ≤ 64 (32 → 96, 64 → 128) so that every
-// case reaches that instance, the route forced off so long queries stay on it. With --sms=1 every
-// sequence is one split, so the ring's staging runs over many key blocks.
-class DecodeKernelForced {
- public:
-  explicit DecodeKernelForced(knobs::DecodeKernel k) : before_(knobs::decode_kernel()) { knobs::set_decode_kernel(k); }
-  ~DecodeKernelForced() { knobs::set_decode_kernel(before_); }
-  DecodeKernelForced(const DecodeKernelForced&) = delete;
-  DecodeKernelForced& operator=(const DecodeKernelForced&) = delete;
-
- private:
-  knobs::DecodeKernel before_;
-};
-
-class KVCacheRingKernel : public ::testing::TestWithParam<KVCase> {};
-
-TEST_P(KVCacheRingKernel, MatchesReference) {
-  const Backend backend{"decode", flashattn::Device::cuda};
-  FA_REQUIRE_BACKEND(backend);
-  KVCase c = GetParam();
-  if (c.hdim_qk > 128 || c.hdim_v > 128) GTEST_SKIP() << "no ring kernel above head dim 128";
-  if (c.hdim_qk <= 64 && c.hdim_v <= 64) c.hdim_qk += 64, c.hdim_v += 64;
-  const RouteForced route(knobs::KVCacheRoute::decode);
-  const DecodeKernelForced ring(knobs::DecodeKernel::ring);
-  Rng rng;
-  KVProblem p = make_kv_problem(c, rng);
-  const KVExpected e = expect_of(p);
-  FA_RUN_OR_SKIP(run_kvcache(backend, p));
-  expect_kvcache_matches(p, e);
-}
-
-INSTANTIATE_TEST_SUITE_P(All, KVCacheRingKernel, ::testing::ValuesIn(all_cases()),
-                         [](const ::testing::TestParamInfo<KVCase>& info) { return info.param.name(); });
-
 // A paged cache holding bitwise the same keys and values as a contiguous one gives bitwise the
 // same out and lse on the same backend, at every page size (and appends the same rows).
 class PagedEqualsContiguous : public ::testing::TestWithParam<std::tuple<Backend, int64_t>> {};

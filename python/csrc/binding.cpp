@@ -28,20 +28,6 @@ void set_kvcache_route(const std::string& route) {
   }
 }
 
-// The decode family's attention kernel (backend/testing.hpp) by name: "auto", "blocks", "ring".
-void set_decode_kernel(const std::string& kernel) {
-  using flashattn::testing::DecodeKernel;
-  if (kernel == "auto") {
-    flashattn::testing::set_decode_kernel(DecodeKernel::automatic);
-  } else if (kernel == "blocks") {
-    flashattn::testing::set_decode_kernel(DecodeKernel::blocks);
-  } else if (kernel == "ring") {
-    flashattn::testing::set_decode_kernel(DecodeKernel::ring);
-  } else {
-    throw nb::value_error(("kernel: \"" + kernel + "\" is not one of \"auto\", \"blocks\", \"ring\"").c_str());
-  }
-}
-
 }  // namespace
 
 NB_MODULE(_C, m) {
@@ -57,9 +43,6 @@ NB_MODULE(_C, m) {
   m.def("set_kvcache_route", &set_kvcache_route, "route"_a,
         "Testing aid: where the GPU's KV-cache call attends: \"auto\" (the forward from 128 query rows), "
         "\"forward\" (wherever it can), \"decode\" (always the decode kernel).");
-  m.def("set_decode_kernel", &set_decode_kernel, "kernel"_a,
-        "Testing aid: the GPU decode family's attention kernel: \"auto\" (its own choice), \"blocks\" (64-key "
-        "blocks), \"ring\" (128-key blocks, K and V staged apart; head dims up to 128).");
   m.def("last_error_code", &torch_ops::last_error_code,
         "The StatusCode of the last error a flashattn operator raised on this thread.");
 

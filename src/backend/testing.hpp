@@ -24,12 +24,8 @@ enum class CpuProducts { automatic = 0, f32 = 1, bf16 = 2 };
 // chosen by the number of query rows, always the forward, or always the decode kernel.
 enum class KVCacheRoute { automatic = 0, forward = 1, decode = 2 };
 
-// Which kernel the decode family attends with (decode/launch.hpp's AttendKernel): its own choice, the
-// 64-key-block kernel, or the ring kernel (128-key blocks, K and V staged apart; head dims ≤ 128).
-enum class DecodeKernel { automatic = 0, blocks = 1, ring = 2 };
-
 inline std::atomic<int>& override_slot(int which) {
-  static std::atomic<int> slots[5] = {};
+  static std::atomic<int> slots[4] = {};
   return slots[which];
 }
 inline void set_device_overrides(const DeviceOverrides& o) {
@@ -45,8 +41,5 @@ inline CpuProducts cpu_products() { return static_cast<CpuProducts>(override_slo
 
 inline void set_kvcache_route(KVCacheRoute r) { override_slot(3).store(static_cast<int>(r), std::memory_order_relaxed); }
 inline KVCacheRoute kvcache_route() { return static_cast<KVCacheRoute>(override_slot(3).load(std::memory_order_relaxed)); }
-
-inline void set_decode_kernel(DecodeKernel k) { override_slot(4).store(static_cast<int>(k), std::memory_order_relaxed); }
-inline DecodeKernel decode_kernel() { return static_cast<DecodeKernel>(override_slot(4).load(std::memory_order_relaxed)); }
 
 }  // namespace flashattn::testing

@@ -27,8 +27,7 @@ class SeedOnFailure : public ::testing::EmptyTestEventListener {
 // The library's test-only knobs (backend/testing.hpp), as flags: --sms=N plans GPU grids for N
 // multiprocessors (the backward's split tail on small problems); --smem-optin=BYTES plans tiles
 // for that much shared memory per block (163 KB: the A100's tiles on a Hopper GPU);
-// --cpu-products=f32|bf16 forces the CPU backend's products for bf16 inputs (default: its own choice);
-// --decode-kernel=blocks|ring forces the GPU decode family's attention kernel (default: its own choice).
+// --cpu-products=f32|bf16 forces the CPU backend's products for bf16 inputs (default: its own choice).
 void take_device_overrides(int* argc, char** argv) {
   flashattn::testing::DeviceOverrides o;
   int kept = 1;
@@ -42,11 +41,6 @@ void take_device_overrides(int* argc, char** argv) {
       flashattn::testing::set_cpu_products(bf16 ? flashattn::testing::CpuProducts::bf16
                                                 : flashattn::testing::CpuProducts::f32);
       std::printf("[  KNOBS   ] the CPU backend multiplies bf16 inputs in %s\n", bf16 ? "bf16" : "float");
-    } else if (std::strcmp(argv[i], "--decode-kernel=blocks") == 0 || std::strcmp(argv[i], "--decode-kernel=ring") == 0) {
-      const bool ring = std::strcmp(argv[i], "--decode-kernel=ring") == 0;
-      flashattn::testing::set_decode_kernel(ring ? flashattn::testing::DecodeKernel::ring
-                                                 : flashattn::testing::DecodeKernel::blocks);
-      std::printf("[  KNOBS   ] the decode family attends with its %s kernel\n", ring ? "ring" : "blocks");
     } else if ((std::strncmp(argv[i], "--sweep-", 8) == 0 || std::strncmp(argv[i], "--fuzz-", 7) == 0) &&
                std::strchr(argv[i], '=') != nullptr) {
       const char* eq = std::strchr(argv[i], '=');  // sweep_test's and fuzz_test's own flags

@@ -11,17 +11,17 @@
 #include "cuda/common/device_info.hpp"
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/decode/attend_kernel.cuh"
-#include "cuda/decode/attend_ring_kernel.cuh"
 #include "cuda/decode/launch.hpp"
 #include "cuda/decode/shape.cuh"
 
 namespace flashattn::cuda::decode {
 
-template <class Traits, class Kernel>
-Status attend_launch_kernel(Kernel* kernel, const AttendParams& p, cudaStream_t stream) {
+template <class Traits>
+Status attend_launch_traits(const AttendParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.num_splits), static_cast<unsigned>(p.num_m_blocks * p.heads_kv),
                   static_cast<unsigned>(p.batch));
   if (grid.y == 0 || grid.z == 0) return Status::success();
+  auto* kernel = &attend_kernel<Traits>;
   static DeviceFlags opted_in;
   FLASHATTN_TRY(opt_in_dynamic_smem("cuda decode", kernel, Traits::kSmemBytes, opted_in));
   kernel<<<grid, dim3(Traits::kThreads), Traits::kSmemBytes, stream>>>(p);
@@ -29,46 +29,22 @@ Status attend_launch_kernel(Kernel* kernel, const AttendParams& p, cudaStream_t 
 }
 
 // Whether the kernel has an image for this GPU and fits its shared memory (once per device).
-template <class Traits, class Kernel>
-Status attend_check_kernel(Kernel* kernel) {
+template <class Traits>
+Status attend_check_traits() {
   static DeviceFlags checked;
-  return check_kernel_fits("cuda decode", kernel, Traits::kSmemBytes, Traits::kHeadDim, checked);
-}
-
-template <class Tag, int kHeadDim, bool kPaged>
-Status attend_run_layout(const AttendParams& p, AttendKernel which, cudaStream_t stream) {
-  if constexpr (has_ring_kernel(kHeadDim)) {
-    if (which == AttendKernel::ring) {
-      using Traits = DecodeRingTraits<Tag, kHeadDim, kPaged>;
-      return attend_launch_kernel<Traits>(&attend_ring_kernel<Traits>, p, stream);
-    }
-  }
-  using Traits = DecodeTraits<Tag, kHeadDim, kPaged>;
-  return attend_launch_kernel<Traits>(&attend_kernel<Traits>, p, stream);
-}
-
-template <class Tag, int kHeadDim, bool kPaged>
-Status attend_check_layout(AttendKernel which) {
-  if constexpr (has_ring_kernel(kHeadDim)) {
-    if (which == AttendKernel::ring) {
-      using Traits = DecodeRingTraits<Tag, kHeadDim, kPaged>;
-      return attend_check_kernel<Traits>(&attend_ring_kernel<Traits>);
-    }
-  }
-  using Traits = DecodeTraits<Tag, kHeadDim, kPaged>;
-  return attend_check_kernel<Traits>(&attend_kernel<Traits>);
+  return check_kernel_fits("cuda decode", &attend_kernel<Traits>, Traits::kSmemBytes, Traits::kHeadDim, checked);
 }
 
 template <class Tag, int kHeadDim>
-Status attend_run(const AttendParams& p, bool paged, AttendKernel which, cudaStream_t stream) {
-  if (paged) return attend_run_layout<Tag, kHeadDim, true>(p, which, stream);
-  return attend_run_layout<Tag, kHeadDim, false>(p, which, stream);
+Status attend_run(const AttendParams& p, bool paged, cudaStream_t stream) {
+  if (paged) return attend_launch_traits<DecodeTraits<Tag, kHeadDim, true>>(p, stream);
+  return attend_launch_traits<DecodeTraits<Tag, kHeadDim, false>>(p, stream);
 }
 
 template <class Tag, int kHeadDim>
-Status attend_device_check(bool paged, AttendKernel which) {
-  if (paged) return attend_check_layout<Tag, kHeadDim, true>(which);
-  return attend_check_layout<Tag, kHeadDim, false>(which);
+Status attend_device_check(bool paged) {
+  if (paged) return attend_check_traits<DecodeTraits<Tag, kHeadDim, true>>();
+  return attend_check_traits<DecodeTraits<Tag, kHeadDim, false>>();
 }
 
 }  // namespace flashattn::cuda::decode
@@ -76,6 +52,5 @@ Status attend_device_check(bool paged, AttendKernel which) {
 // One instance: attend_run and attend_device_check of (Tag, D). Used by the generated attend_*_hdim*.cu.
 #define FLASHATTN_DECODE_INSTANCE(Tag, D)                                                                       \
   template flashattn::Status flashattn::cuda::decode::attend_run<Tag, D>(const flashattn::cuda::decode::AttendParams&, \
-                                                                          bool, flashattn::cuda::decode::AttendKernel, \
-                                                                          cudaStream_t);                          \
-  template flashattn::Status flashattn::cuda::decode::attend_device_check<Tag, D>(bool, flashattn::cuda::decode::AttendKernel);
+                                                                          bool, cudaStream_t);                    \
+  template flashattn::Status flashattn::cuda::decode::attend_device_check<Tag, D>(bool);

@@ -14,7 +14,6 @@
 #include <string>
 
 #include "api/status_try.hpp"
-#include "backend/testing.hpp"
 #include "cuda/common/device_info.hpp"
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/common/instances.hpp"
@@ -33,35 +32,18 @@ constexpr const char* kWho = "cuda decode";
 constexpr int kBlockM = 16;  // DecodeTraits::kBlockM of every instance
 constexpr int64_t kMaxGridYZ = 65535;
 
-// What the plan needs of one attention kernel of an instance.
-struct KernelShape {
-  int block_n;                // keys per key block
-  std::size_t smem_bytes[2];  // [paged]: a thread block's shared memory (either 16-bit dtype)
-};
-template <int D>
-constexpr KernelShape ring_shape() {
-  if constexpr (has_ring_kernel(D)) {
-    return {DecodeRingTraits<ptx::BF16, D, false>::kBlockN,
-            {DecodeRingTraits<ptx::BF16, D, false>::kSmemBytes, DecodeRingTraits<ptx::BF16, D, true>::kSmemBytes}};
-  } else {
-    return {0, {0, 0}};
-  }
-}
-
 struct Instance {
   int head_dim;
   AttendRunFn run[2];  // [dtype]: f16, bf16
   AttendCheckFn check[2];
-  KernelShape shape[2];  // [AttendKernel]: blocks, ring (block_n 0: no ring kernel)
+  std::size_t smem_bytes[2];  // [paged]: a thread block's shared memory (either 16-bit dtype)
 };
 
 #define FLASHATTN_DECODE_REGISTER(D)                                                                      \
   Instance{D, {&attend_run<ptx::F16, D>, &attend_run<ptx::BF16, D>},                                       \
            {&attend_device_check<ptx::F16, D>, &attend_device_check<ptx::BF16, D>},                       \
-           {KernelShape{DecodeTraits<ptx::BF16, D, false>::kBlockN,                                        \
-                        {DecodeTraits<ptx::BF16, D, false>::kSmemBytes, DecodeTraits<ptx::BF16, D, true>::kSmemBytes}}, \
-            ring_shape<D>()}},
-constexpr Instance kNoInstance{0, {nullptr, nullptr}, {nullptr, nullptr}, {KernelShape{0, {0, 0}}, KernelShape{0, {0, 0}}}};
+           {DecodeTraits<ptx::BF16, D, false>::kSmemBytes, DecodeTraits<ptx::BF16, D, true>::kSmemBytes}},
+constexpr Instance kNoInstance{0, {nullptr, nullptr}, {nullptr, nullptr}, {0, 0}};
 // kNoInstance first keeps the array non-empty when no head dim of the build has an instance.
 const Instance kInstances[] = {kNoInstance, FLASHATTN_DECODE_HEADDIMS(FLASHATTN_DECODE_REGISTER)};
 #undef FLASHATTN_DECODE_REGISTER
@@ -105,7 +87,6 @@ Layout workspace_layout(const KVCacheParams& p, int num_splits) {
 
 struct PlanDetail {
   AttendRunFn run;  // null when the route runs the call
-  AttendKernel kernel;
   int num_splits;
   Layout layout;
   ForwardRoute route;
@@ -156,24 +137,17 @@ int best_splits(int64_t blocks, int64_t key_blocks, int64_t slots) {
 // at batch 1 × 8 kv heads and one tile, 16 splits (8 key blocks each at 8k keys) ran 9 % faster than
 // 15 (9 for the longest), 33 slower. A caller's num_splits wins. The kernel spreads a sequence's real
 // key blocks evenly over the splits.
-int choose_splits(const KVCacheParams& p, const DeviceInfo& dev, const KernelShape& shape) {
+int choose_splits(const KVCacheParams& p, const DeviceInfo& dev, const Instance& inst) {
   if (p.num_splits > 0) return p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
   constexpr int64_t kMinStepsTwoSlots = 16;
   const int64_t blocks = p.batch * p.heads_kv * num_m_blocks(p);
-  const int64_t block_n = shape.block_n;
+  const int64_t block_n = decode_shape(inst.head_dim).block_n;
   const int64_t key_blocks = (p.seqlen_k + block_n - 1) / block_n;
   const int one_slot = best_splits(blocks, key_blocks, dev.num_sms);
-  const int64_t per_sm = blocks_per_sm(dev, shape.smem_bytes[p.is_paged()]);
+  const int64_t per_sm = blocks_per_sm(dev, inst.smem_bytes[p.is_paged()]);
   if (num_m_blocks(p) == 1 || per_sm == 1) return one_slot;
   const int more_slots = best_splits(blocks, key_blocks, per_sm * dev.num_sms);
   return split_steps(key_blocks, more_slots) >= kMinStepsTwoSlots ? more_slots : one_slot;
-}
-
-// The attention kernel of a call: the 64-key-block kernel, unless a test or a benchmark asks for the
-// ring kernel (testing::DecodeKernel) and the instance has one.
-AttendKernel attend_kernel_for(const Instance& inst) {
-  const bool has_ring = inst.shape[static_cast<int>(AttendKernel::ring)].block_n > 0;
-  return testing::decode_kernel() == testing::DecodeKernel::ring && has_ring ? AttendKernel::ring : AttendKernel::blocks;
 }
 
 Status check_sizes(const KVCacheParams& p) {
@@ -221,7 +195,7 @@ Status plan_kvcache(const KVCacheParams& p, Plan* plan) {
     const Layout layout = forward_route_layout(p, route);
     plan->workspace_bytes = layout.bytes;
     plan->workspace_alignment = std::max<std::size_t>(16, route.workspace_alignment);
-    plan->set(PlanDetail{nullptr, AttendKernel::blocks, 1, layout, route});
+    plan->set(PlanDetail{nullptr, 1, layout, route});
     return Status::success();
   }
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
@@ -242,13 +216,12 @@ Status plan_kvcache(const KVCacheParams& p, Plan* plan) {
   FLASHATTN_TRY(check_sizes(p));
   FLASHATTN_TRY(check_layout(p));
   const int i = dtype_index(p.dtype);
-  const AttendKernel kernel = attend_kernel_for(*inst);
-  FLASHATTN_TRY(inst->check[i](p.is_paged(), kernel));
-  const int splits = choose_splits(p, dev, inst->shape[static_cast<int>(kernel)]);
+  FLASHATTN_TRY(inst->check[i](p.is_paged()));
+  const int splits = choose_splits(p, dev, *inst);
   const Layout layout = workspace_layout(p, splits);
   plan->workspace_bytes = layout.bytes;
   plan->workspace_alignment = layout.bytes > 0 ? 16 : 1;  // the kernels store 16-byte vectors into it
-  plan->set(PlanDetail{inst->run[i], kernel, splits, layout, {}});
+  plan->set(PlanDetail{inst->run[i], splits, layout, {}});
   return Status::success();
 }
 
@@ -380,12 +353,12 @@ Status run_kvcache(const Plan& plan, const KVCacheParams& p) {
                              stream);
   }
   AttendParams a = attend_params(p, d, q);
-  if (d.num_splits == 1) return d.run(a, p.is_paged(), d.kernel, stream);
+  if (d.num_splits == 1) return d.run(a, p.is_paged(), stream);
   a.out = nullptr;
   a.lse = nullptr;
   a.partial_lse = reinterpret_cast<float*>(workspace + d.layout.partial_lse);
   a.partial_out = reinterpret_cast<float*>(workspace + d.layout.partial_out);
-  FLASHATTN_TRY(d.run(a, p.is_paged(), d.kernel, stream));
+  FLASHATTN_TRY(d.run(a, p.is_paged(), stream));
   return combine(p, a.partial_out, a.partial_lse, d.num_splits, stream);
 }
 

@@ -82,20 +82,14 @@ Status launch_rotate_q(const RotateQParams& p, DType dtype, cudaStream_t stream)
 Status launch_combine(const CombineParams& p, DType dtype, cudaStream_t stream);
 Status launch_sequence_index(const SequenceIndexParams& p, cudaStream_t stream);
 
-// Which attention kernel runs a call: attend_kernel.cuh's (64-key blocks, four warps, K and V of a
-// block staged together; every head dim) or attend_ring_kernel.cuh's (128-key blocks, eight warps, K
-// and V staged apart; D = 128).
-enum class AttendKernel { blocks, ring };
-constexpr bool has_ring_kernel(int head_dim) { return head_dim == 128; }
-
 // One attention instance (Tag, D): launch on a grid of (num_splits, num_m_blocks·heads_kv, batch).
-using AttendRunFn = Status (*)(const AttendParams& p, bool paged, AttendKernel which, cudaStream_t stream);
+using AttendRunFn = Status (*)(const AttendParams& p, bool paged, cudaStream_t stream);
 // Whether the instance runs on the current GPU (an image for it, its shared memory).
-using AttendCheckFn = Status (*)(bool paged, AttendKernel which);
+using AttendCheckFn = Status (*)(bool paged);
 
 template <class Tag, int kHeadDim>
-Status attend_run(const AttendParams& p, bool paged, AttendKernel which, cudaStream_t stream);
+Status attend_run(const AttendParams& p, bool paged, cudaStream_t stream);
 template <class Tag, int kHeadDim>
-Status attend_device_check(bool paged, AttendKernel which);
+Status attend_device_check(bool paged);
 
 }  // namespace flashattn::cuda::decode

@@ -22,19 +22,15 @@ import flashattn
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from flashattn_ctypes import FlashAttn  # noqa: E402
-from gap_timing import cell_args, report_interleaved  # noqa: E402
+from gap_timing import ForwardCell, cell_args, report_interleaved  # noqa: E402
 
 
 def main():
     a = cell_args(__doc__, seqlen=512, hdim=64, reps=30)
     s, d, b, h = a.seqlen, a.hdim, a.batch, a.heads
-    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     fa = FlashAttn(a.lib)
-    out = torch.empty_like(q)
-    lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-    args = fa.args(q, k, v, out, lse, causal=a.causal)
-    keep = fa.with_workspace(args, False, q.device)  # noqa: F841 (the sm90 tile counter)
-    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    cell = ForwardCell(a, fa)
+    q, k, v, args, qt, kt, vt = cell.q, cell.k, cell.v, cell.args, cell.qt, cell.kt, cell.vt
 
     def sdpa(backend):
         def call():

@@ -24,7 +24,7 @@ from flashattn import _C
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from flashattn_ctypes import FlashAttn  # noqa: E402
-from gap_timing import cell_args, timed  # noqa: E402
+from gap_timing import ForwardCell, cell_args, timed  # noqa: E402
 
 
 def host_us(fn):
@@ -39,13 +39,9 @@ def host_us(fn):
 def main():
     a = cell_args(__doc__, seqlen=512, hdim=128, reps=40, profile=False)
     s, d, b, h = a.seqlen, a.hdim, a.batch, a.heads
-    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     fa = FlashAttn(a.lib)
-    out = torch.empty_like(q)
-    lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-    args = fa.args(q, k, v, out, lse, causal=a.causal)
-    keep = fa.with_workspace(args, False, q.device)  # noqa: F841
-    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    cell = ForwardCell(a, fa)
+    q, k, v, args, qt, kt, vt = cell.q, cell.k, cell.v, cell.args, cell.qt, cell.kt, cell.vt
 
     def skipped():
         _C.set_skip_library_calls(True)

@@ -93,3 +93,17 @@ def profile_way(name, fn, calls=3):
                   f"{m.time_range.end - m.time_range.start:8.1f} us")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=60))
     print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=8, max_name_column_width=60))
+
+
+class ForwardCell:
+    """One forward cell's inputs on the GPU (bf16, (batch, seqlen, heads, hdim)), their (b, h, s, d) views
+    for SDPA, and the C API's arguments on preallocated out, lse and workspace (kept alive here)."""
+
+    def __init__(self, a, fa):
+        s, d, b, h = a.seqlen, a.hdim, a.batch, a.heads
+        self.q, self.k, self.v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        self.out = torch.empty_like(self.q)
+        self.lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+        self.args = fa.args(self.q, self.k, self.v, self.out, self.lse, causal=a.causal)
+        self.keep = fa.with_workspace(self.args, False, self.q.device)  # the sm90 tile counter
+        self.qt, self.kt, self.vt = (x.transpose(1, 2) for x in (self.q, self.k, self.v))

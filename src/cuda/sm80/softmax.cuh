@@ -154,6 +154,22 @@ struct OnlineSoftmax {
     return part[0];
   }
 
+  // finalize()'s row scalars alone, for a kernel whose last product into the accumulator is still in
+  // flight (sm90: computed under the last P·V, FlashAttention-3's order): inv = 1/ℓ (0 for a fully
+  // masked row) by which the accumulator is then multiplied (rescale_rows), and lse as finalize's.
+  __device__ __forceinline__ void row_scales(float exp_mult, float (&inv)[kMTiles][2], float (&lse)[kMTiles][2]) const {
+#pragma unroll
+    for (int mi = 0; mi < kMTiles; ++mi) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float sum = quad_sum(row_sum[mi][half]);
+        const bool empty = sum == 0.f;
+        inv[mi][half] = empty ? 0.f : 1.f / sum;
+        lse[mi][half] = empty ? kInfinity : (row_max[mi][half] * exp_mult + log2f(sum)) * kLn2;
+      }
+    }
+  }
+
   // End of the key loop: normalizes `acc` by ℓ and gives each row's log-sum-exp (natural log) in
   // lse[mi][half]. Fully masked rows (ℓ = 0): acc = 0, lse = +inf. A NaN anywhere in the row stays
   // NaN (ℓ = NaN is not 0).

@@ -9,7 +9,7 @@
 //       for i ≥ 1:  issue S(i) = Q·K_iᵀ; issue O += P(i−1)·V_{i−1}
 //                   wait S(i) → release K_i; softmax(S(i)) → m, ℓ, rescale r
 //                   wait O    → release V_{i−1}; O *= r; P(i) = S(i) packed
-//       O += P(n−1)·V_{n−1}; wait; release V_{n−1}
+//       O += P(n−1)·V_{n−1}; 1/ℓ and LSE meanwhile; wait; release V_{n−1}
 //
 //   - Ping-pong between the consumer warpgroups: a turn barrier per warpgroup makes them take turns
 //     issuing that pair of products, so one warpgroup's exp2 (MUFU) runs under the others' matmuls.
@@ -46,6 +46,7 @@ struct ConsumerState {
   float s[Traits::kBlockN / 2];            // S of the current block, then its probabilities
   uint32_t p[Traits::kBlockN / 16][4];     // P of the previous block: the A fragments of P·V
   OnlineSoftmax<1> softmax;
+  float inv[1][2], lse[1][2];              // 1/ℓ and the LSE of the two rows (Consumer::kRowScalesUnderLastProduct)
 
   __device__ __forceinline__ void init() {
 #pragma unroll
@@ -63,6 +64,11 @@ struct Consumer {
   // at D = 64, which is issue-bound: there the combining instructions cost more than the latency
   // they hide (measured: docs/kernels-sm90-forward.md).
   static constexpr int kSoftmaxChains = Traits::kD >= 128 ? 4 : 1;
+  // 1/ℓ and the LSE computed under the tile's last P·V (FlashAttention-3's order) from D = 128 up,
+  // else in the epilogue (OnlineSoftmax::finalize). Measured on the H200 against the epilogue's
+  // finalize, same process: D = 128 +0.2–0.5 %, D = 256 ±0.5 %, D = 64 −0.5 to −1.4 % (its key loop
+  // too: the three consumers' 160 registers), so D = 64 keeps finalize.
+  static constexpr bool kRowScalesUnderLastProduct = Traits::kD >= 128;
 
   const FwdSmem<Traits>& sm;
   const FwdTile& t;
@@ -207,6 +213,7 @@ struct Consumer {
     ptx::mbarrier_wait(sm.v_full(ring.stage(last)), ring.full_parity(last));
     ptx::wgmma_fence_operand(c.o);
     issue_values(c, ring.stage(last));
+    if constexpr (kRowScalesUnderLastProduct) c.softmax.row_scales(scores.exp_mult, c.inv, c.lse);
     ptx::wgmma_wait<0>();
     ptx::wgmma_fence_operand(c.o);
     release(sm.v_empty(ring.stage(last)));

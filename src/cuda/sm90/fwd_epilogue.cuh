@@ -75,11 +75,19 @@ struct Epilogue {
     }
   }
 
+  // O / ℓ and the LSE: from c.inv and c.lse where the key loop computed them
+  // (Consumer::kRowScalesUnderLastProduct), else from the softmax state here.
   __device__ __forceinline__ void store(ConsumerState<Traits>& c, float exp_mult) const {
-    float lse[1][2];
-    c.softmax.finalize(as_c_tiles(c.o), exp_mult, lse);
-    store_rows(c.o);
-    store_lse(lse);
+    if constexpr (Consumer<Traits>::kRowScalesUnderLastProduct) {
+      OnlineSoftmax<1>::rescale_rows(as_c_tiles(c.o), c.inv);
+      store_rows(c.o);
+      store_lse(c.lse);
+    } else {
+      float lse[1][2];
+      c.softmax.finalize(as_c_tiles(c.o), exp_mult, lse);
+      store_rows(c.o);
+      store_lse(lse);
+    }
   }
 };
 

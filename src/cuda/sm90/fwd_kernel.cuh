@@ -77,6 +77,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       if (t.loads()) {
         const Consumer<Traits> consumer{sm, t, p.scores, wg, row0, lane};
         consumer.attend(c, at, tid - kWarpgroupThreads);
+      } else if constexpr (Consumer<Traits>::kRowScalesUnderLastProduct) {
+        c.softmax.row_scales(p.scores.exp_mult, c.inv, c.lse);  // no keys: out 0, lse +inf
       }
       const Epilogue<Traits> epilogue{t, p, row0, lane};
       epilogue.store(c, p.scores.exp_mult);

@@ -30,6 +30,7 @@ _MAX_HEAD_DIM = 256
 
 
 _INT64_MAX = 2**63 - 1
+_NO_WINDOW = (-1, -1)
 
 
 # ---- argument checks: every public function's arguments are checked once, here -------------------
@@ -109,8 +110,11 @@ def _score_options(hdim_qk: int, softmax_scale=None, causal=False, window_size=(
         scale = hdim_qk ** -0.5 if hdim_qk > 0 else 1.0
     else:
         scale = _real("softmax_scale", softmax_scale)
-    causal = _flag("causal", causal)
-    window_left, window_right = _window(window_size, causal)
+    causal = causal if type(causal) is bool else _flag("causal", causal)
+    if type(window_size) is tuple and window_size == _NO_WINDOW:  # the default, decided in one test
+        window_left, window_right = -1, 0 if causal else -1
+    else:
+        window_left, window_right = _window(window_size, causal)
     softcap = softcap if type(softcap) is float else _real("softcap", softcap)
     return scale, causal, window_left, window_right, softcap
 
@@ -184,6 +188,8 @@ def _pad_head_dims(q: Tensor, k: Tensor, v: Tensor):
     """(q, k, v padded, hdim_qk, hdim_v): each shape read once (a tensor's .shape costs about as
     much host time as the rest of a check)."""
     hdim_qk, hdim_k, hdim_v = q.shape[-1], k.shape[-1], v.shape[-1]
+    if not (hdim_qk | hdim_k | hdim_v) % _HEAD_DIM_MULTIPLE:  # every one a multiple (8 is a power of 2)
+        return q, k, v, hdim_qk, hdim_v
     return _pad_head_dim(q, hdim_qk), _pad_head_dim(k, hdim_k), _pad_head_dim(v, hdim_v), hdim_qk, hdim_v
 
 
@@ -193,8 +199,9 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table)
     q, k, v, hdim_qk, hdim_v = _pad_head_dims(q, k, v)
     options = _score_options(hdim_qk, softmax_scale, causal, window_size, softcap)
-    deterministic = _flag("deterministic", deterministic)
-    return_attn_probs = _flag("return_attn_probs", return_attn_probs)
+    deterministic = deterministic if type(deterministic) is bool else _flag("deterministic", deterministic)
+    return_attn_probs = (return_attn_probs if type(return_attn_probs) is bool
+                         else _flag("return_attn_probs", return_attn_probs))
     if type(path) is not str:
         raise TypeError(f"flashattn: path must be a str, got {type(path).__name__} {path!r}")
     if type(max_seqlen_q) is not int or type(max_seqlen_k) is not int:
@@ -202,7 +209,7 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
     # The LSE only when asked for (or when autograd keeps it for the backward): inference skips it.
     out, lse = _ops.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *options,
                               deterministic, path, block_table, return_attn_probs)
-    if _padded(hdim_v):
+    if hdim_v % _HEAD_DIM_MULTIPLE and _padded(hdim_v):
         out = out[..., :hdim_v]
     # flash-attn returns (out, softmax_lse, S_dmask); S_dmask exists only with dropout, so it is None.
     return (out, lse, None) if return_attn_probs else out

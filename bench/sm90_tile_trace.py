@@ -39,7 +39,7 @@ def main():
     def at(c, r, j, e):
         return buf[((c * ROLES + r) * TILES + j) * EVENTS + e]
 
-    def plausible(c, r, a, b):  # stamps of tiles the CTA ran (the shared buffer is not zeroed)
+    def plausible(a, b):  # stamps of tiles the CTA ran (the shared buffer is not zeroed)
         return 0 < a - b < 5_000_000
 
     for s, d, causal in CELLS:
@@ -58,8 +58,8 @@ def main():
         print(f"== seqlen {s} hdim {d} causal {causal} (cycles, median over the CTA's tiles)")
         for c in range(2):
             for r in range(2):
-                tiles = [j for j in range(1, 30) if plausible(c, r, at(c, r, j + 1, 0), at(c, r, j, 0))
-                         and plausible(c, r, at(c, r, j, 5), at(c, r, j, 0))]
+                tiles = [j for j in range(1, 30) if plausible(at(c, r, j + 1, 0), at(c, r, j, 0))
+                         and plausible(at(c, r, j, 5), at(c, r, j, 0))]
                 if not tiles:
                     continue
                 period = statistics.median(at(c, r, j + 1, 0) - at(c, r, j, 0) for j in tiles)
@@ -67,7 +67,7 @@ def main():
                 phases = "  ".join(f"{n} {statistics.median(at(c, r, j, x) - at(c, r, j, y) for j in tiles):.0f}"
                                    for n, (x, y) in PHASES.items())
                 print(f"cta {c} consumer {r}: {len(tiles)} tiles, period {period:.0f}  {phases}  take gap {gap:.0f}")
-            tiles = [j for j in range(1, 30) if plausible(c, 0, at(c, 0, j, 1), at(c, 3, j, 1))]
+            tiles = [j for j in range(1, 30) if plausible(at(c, 0, j, 1), at(c, 3, j, 1))]
             if tiles:
                 lead = statistics.median(at(c, 0, j, 1) - at(c, 3, j, 1) for j in tiles)
                 after = statistics.median(at(c, 3, j, 1) - at(c, 0, j - 1, 6) for j in tiles)

@@ -154,25 +154,28 @@ struct OnlineSoftmax {
     return part[0];
   }
 
-  // finalize()'s row scalars alone, for a kernel whose last product into the accumulator is still in
-  // flight (sm90: computed under the last P·V, FlashAttention-3's order): inv = 1/ℓ (0 for a fully
-  // masked row) by which the accumulator is then multiplied (rescale_rows), and lse as finalize's.
+  // Row (mi, half) at the end of the key loop: *inv = 1/ℓ (0 for a fully masked row), by which the
+  // accumulator is multiplied, and *lse, its log-sum-exp (natural log; +inf for a fully masked row;
+  // a NaN anywhere in the row stays NaN, ℓ = NaN not being 0).
+  __device__ __forceinline__ void row_scale(int mi, int half, float exp_mult, float* inv, float* lse) const {
+    const float sum = quad_sum(row_sum[mi][half]);
+    const bool empty = sum == 0.f;
+    *inv = empty ? 0.f : 1.f / sum;
+    *lse = empty ? kInfinity : (row_max[mi][half] * exp_mult + log2f(sum)) * kLn2;
+  }
+
+  // row_scale of every row, for a kernel whose last product into the accumulator is still in flight
+  // (sm90: computed under the last P·V, FlashAttention-3's order; rescale_rows applies inv after).
   __device__ __forceinline__ void row_scales(float exp_mult, float (&inv)[kMTiles][2], float (&lse)[kMTiles][2]) const {
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float sum = quad_sum(row_sum[mi][half]);
-        const bool empty = sum == 0.f;
-        inv[mi][half] = empty ? 0.f : 1.f / sum;
-        lse[mi][half] = empty ? kInfinity : (row_max[mi][half] * exp_mult + log2f(sum)) * kLn2;
-      }
+      for (int half = 0; half < 2; ++half) row_scale(mi, half, exp_mult, &inv[mi][half], &lse[mi][half]);
     }
   }
 
-  // End of the key loop: normalizes `acc` by ℓ and gives each row's log-sum-exp (natural log) in
-  // lse[mi][half]. Fully masked rows (ℓ = 0): acc = 0, lse = +inf. A NaN anywhere in the row stays
-  // NaN (ℓ = NaN is not 0).
+  // End of the key loop: normalizes `acc` by ℓ and gives each row's log-sum-exp in lse[mi][half]
+  // (row_scale), row by row.
   template <int kDTiles>
   __device__ __forceinline__ void finalize(float (&acc)[kMTiles][kDTiles][4], float exp_mult,
                                            float (&lse)[kMTiles][2]) {
@@ -180,10 +183,8 @@ struct OnlineSoftmax {
     for (int mi = 0; mi < kMTiles; ++mi) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const float sum = quad_sum(row_sum[mi][half]);
-        const bool empty = sum == 0.f;
-        const float inv = empty ? 0.f : 1.f / sum;
-        lse[mi][half] = empty ? kInfinity : (row_max[mi][half] * exp_mult + log2f(sum)) * kLn2;
+        float inv;
+        row_scale(mi, half, exp_mult, &inv, &lse[mi][half]);
 #pragma unroll
         for (int di = 0; di < kDTiles; ++di) {
           acc[mi][di][2 * half] *= inv;

@@ -12,8 +12,10 @@
 // Per backend key (CPU, CUDA) one kernel for each operator; the Autograd key gets the autograd
 // kernel, which calls the operators below autograd. Fake (meta) implementations for torch.compile
 // are in Python (flashattn/_ops.py): they only compute shapes.
+#include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/Allocator.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/Storage.h>
 #include <c10/core/TensorImpl.h>
@@ -175,8 +177,17 @@ bool check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const OptTe
 
 // ---- outputs --------------------------------------------------------------------------------------
 
+// A tensor from PyTorch's allocator for like's device, made without the dispatcher: at::empty's
+// route through it cost ~2.6 µs of host time per CUDA tensor on the H200 host (docs/python.md). The
+// same allocator at::empty takes (CUDA: the caching allocator of the current device, made like's by
+// the caller's guard, and of the current stream, under graph capture the graph's pool).
+Tensor new_tensor(at::IntArrayRef shape, const Tensor& like, at::ScalarType dtype) {
+  const c10::DispatchKeySet keys(c10::computeDispatchKey(dtype, at::kStrided, like.device()));
+  return at::detail::empty_generic(shape, c10::GetAllocator(like.device().type()), keys, dtype, std::nullopt);
+}
+
 Tensor empty(at::IntArrayRef shape, const Tensor& like, at::ScalarType dtype) {
-  Tensor t = at::empty(shape, like.options().dtype(dtype));
+  Tensor t = new_tensor(shape, like, dtype);
   if (g_poison_outputs.load(std::memory_order_relaxed)) t.fill_(at::isFloatingType(dtype) ? NAN : -1);
   return t;
 }
@@ -242,12 +253,12 @@ void fill(AttentionArgs* a, const Tensor& q, const Tensor& k, const Tensor& v, c
 // when the call returns; the stream-ordered caching allocator keeps the memory for the enqueued
 // kernels, and under CUDA-graph capture it comes from the graph's pool.
 struct TorchWorkspace {
-  at::TensorOptions options;
+  const Tensor& like;
   Tensor memory;
 
   static void* allocate(std::size_t bytes, void* context) {
     auto* self = static_cast<TorchWorkspace*>(context);
-    self->memory = at::empty({static_cast<int64_t>(bytes)}, self->options);
+    self->memory = new_tensor({static_cast<int64_t>(bytes)}, self->like, at::kByte);
     return self->memory.data_ptr();
   }
 };
@@ -255,7 +266,7 @@ struct TorchWorkspace {
 template <class Args, class RunFn>
 void run(Args& a, const Tensor& like, RunFn run_fn) {
   if (g_skip_library_calls.load(std::memory_order_relaxed)) return;
-  TorchWorkspace workspace{like.options().dtype(at::kByte), {}};
+  TorchWorkspace workspace{like, {}};
   a.workspace_allocator = {&TorchWorkspace::allocate, &workspace};
   check(run_fn(a));
 }

@@ -17,8 +17,6 @@
 #include <ATen/ops/empty.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/DeviceGuard.h>
-#include <c10/core/Storage.h>
-#include <c10/core/TensorImpl.h>
 #include <c10/core/TensorOptions.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -192,22 +190,10 @@ Tensor empty(at::IntArrayRef shape, const Tensor& like, at::ScalarType dtype) {
   return t;
 }
 
-// A 0-element float32 tensor on like's device, built without the dispatcher and the allocator:
-// at::empty({0}) of a CUDA tensor cost ~2.5 µs of host time per call on the H200 host, as much as
-// the output's own allocation (torch.profiler, 2026-12-04, docs/python.md).
-Tensor empty_float(const Tensor& like) {
-  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, like.device()),
-                       /*allocator=*/nullptr, /*resizable=*/false);
-  const c10::DispatchKeySet keys(c10::computeDispatchKey(at::kFloat, at::kStrided, like.device()));
-  Tensor t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), keys, caffe2::TypeMeta::Make<float>());
-  t.unsafeGetTensorImpl()->set_sizes_contiguous({0});
-  return t;
-}
-
 // The LSE output when the caller wants it; else an empty tensor in its place, and the kernels write
 // none (inference that does not ask for it: no allocation for it before the launch).
 Tensor lse_output(bool wanted, at::IntArrayRef shape, const Tensor& like) {
-  return wanted ? empty(shape, like, at::kFloat) : empty_float(like);
+  return wanted ? empty(shape, like, at::kFloat) : new_tensor({0}, like, at::kFloat);
 }
 
 std::vector<int64_t> out_shape(const Tensor& q, const Tensor& v) {

@@ -25,18 +25,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from bench_gpu import balanced_orders, rounded_reps  # noqa: E402
 from flashattn_ctypes import FlashAttn  # noqa: E402
-from gap_timing import cell_args, timed  # noqa: E402
+from gap_timing import ForwardCell, cell_args, interleaved_medians  # noqa: E402
 
 
 def make_ways(a, fa):
-    s, d, b, h, hk = a.seqlen, a.hdim, a.batch, a.heads, a.heads_kv
-    q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
-    k, v = (torch.randn(b, s, hk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    out, lse = torch.empty_like(q), torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-    with_lse = fa.args(q, k, v, out, lse, causal=a.causal)
-    no_lse = fa.args(q, k, v, out, None, causal=a.causal)
-    keep = [fa.with_workspace(with_lse, False, q.device), fa.with_workspace(no_lse, False, q.device)]
-    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    cell = ForwardCell(a, fa)
+    q, k, v, qt, kt, vt = cell.q, cell.k, cell.v, cell.qt, cell.kt, cell.vt
+    b, h, s = a.batch, a.heads, a.seqlen
+    no_lse = fa.args(q, k, v, cell.out, None, causal=a.causal)
+    keep = [cell, fa.with_workspace(no_lse, False, q.device)]
 
     def fresh():
         o, m = torch.empty_like(q), torch.empty(b, h, s, device="cuda", dtype=torch.float32)
@@ -47,10 +44,10 @@ def make_ways(a, fa):
 
     def cudnn():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=a.causal, enable_gqa=hk != h)
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=a.causal, enable_gqa=a.heads_kv != h)
 
     ways = {
-        "c-api": lambda: fa.forward(with_lse),
+        "c-api": lambda: fa.forward(cell.args),
         "c-api-no-lse": lambda: fa.forward(no_lse),
         "c-api-fresh": fresh,
         "py": lambda: flashattn.flash_attn_func(q, k, v, causal=a.causal),
@@ -58,15 +55,6 @@ def make_ways(a, fa):
         "sdpa-cudnn": cudnn,
     }
     return ways, keep
-
-
-def event_times(ways, reps):
-    times = {n: [] for n in ways}
-    names, orders = list(ways), balanced_orders(len(ways))
-    for r in range(rounded_reps(reps, len(orders))):
-        for n in (names[i] for i in orders[r % len(orders)]):
-            times[n].append(timed(ways[n]) * 1e3)
-    return {n: statistics.median(t) for n, t in times.items()}
 
 
 def profiled_split(ways, reps):
@@ -101,10 +89,7 @@ def profiled_split(ways, reps):
 def main():
     a = cell_args(__doc__, seqlen=2048, hdim=128, reps=30, profile=False)
     ways, keep = make_ways(a, FlashAttn(a.lib))
-    for fn in ways.values():
-        for _ in range(3):
-            fn()
-    ev = event_times(ways, a.reps)
+    ev = {n: ms * 1e3 for n, ms in interleaved_medians(ways, a.reps).items()}
     delay, kernel = profiled_split(ways, a.reps)
     print(f"seqlen {a.seqlen} hdim {a.hdim} batch {a.batch} heads {a.heads}/{a.heads_kv} causal {a.causal}: "
           f"medians of {a.reps}, us")

@@ -48,9 +48,8 @@ def timed(fn):
     return a.elapsed_time(b)
 
 
-def report_interleaved(ways, reps, flops, profile=False):
-    """Each way once to warm up, then reps rounds in bench_gpu's balanced orders; prints the median per way
-    (µs and TFLOP/s for `flops` per call) and, with profile, each way's profile_way."""
+def interleaved_medians(ways, reps):
+    """Each way once to warm up, then reps rounds in bench_gpu's balanced orders: the median ms per way."""
     for fn in ways.values():
         fn()
     times = {n: [] for n in ways}
@@ -58,8 +57,13 @@ def report_interleaved(ways, reps, flops, profile=False):
     for r in range(rounded_reps(reps, len(orders))):
         for n in (names[i] for i in orders[r % len(orders)]):
             times[n].append(timed(ways[n]))
-    for n, t in times.items():
-        ms = sorted(t)[len(t) // 2]
+    return {n: sorted(t)[len(t) // 2] for n, t in times.items()}
+
+
+def report_interleaved(ways, reps, flops, profile=False):
+    """interleaved_medians, printed per way (µs and TFLOP/s for `flops` per call) and, with profile,
+    each way's profile_way."""
+    for n, ms in interleaved_medians(ways, reps).items():
         print(f"{n:14s} {ms * 1000:10.1f} us  {flops / ms / 1e9:7.1f} TFLOP/s")
     if profile:
         for n, fn in ways.items():
@@ -96,12 +100,14 @@ def profile_way(name, fn, calls=3):
 
 
 class ForwardCell:
-    """One forward cell's inputs on the GPU (bf16, (batch, seqlen, heads, hdim)), their (b, h, s, d) views
-    for SDPA, and the C API's arguments on preallocated out, lse and workspace (kept alive here)."""
+    """One forward cell's inputs on the GPU (bf16, q (batch, seqlen, heads, hdim), k and v with heads_kv),
+    their (b, h, s, d) views for SDPA, and the C API's arguments on preallocated out, lse and workspace
+    (kept alive here)."""
 
     def __init__(self, a, fa):
         s, d, b, h = a.seqlen, a.hdim, a.batch, a.heads
-        self.q, self.k, self.v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        self.q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+        self.k, self.v = (torch.randn(b, s, a.heads_kv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         self.out = torch.empty_like(self.q)
         self.lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
         self.args = fa.args(self.q, self.k, self.v, self.out, self.lse, causal=a.causal)

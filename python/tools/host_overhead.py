@@ -38,6 +38,8 @@ def main():
     p.add_argument("--lib", default=None, help="libflashattn_c.so: also the C API's rows (--device cuda)")
     args = p.parse_args()
     dev = torch.device(args.device)
+    if args.lib and dev.type != "cuda":
+        p.error("--lib: the C API's rows time CUDA launches; add --device cuda")
     dt = torch.bfloat16 if dev.type == "cuda" else torch.float32
     torch.set_num_threads(args.threads)
     _C.set_poison_outputs(False)

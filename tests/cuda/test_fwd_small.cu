@@ -370,6 +370,28 @@ TEST(CudaFwdSm90, Hdim64) {
   p.causal = true;
   run_sm90(p);
 }
+// The tile order's sections (fwd_launch.cuh's section_heads: as many heads as keep their K and V
+// within 16 MB) with a shorter last one: 2 heads per section at these key lengths, over 3 and 5
+// heads. The tile decode divides by the last section's head count there (fwd_tile.cuh).
+TEST(CudaFwdSm90, SectionsWithAShortLastCausalHdim64) {
+  Problem p;
+  p.batch = 1;
+  p.h = p.hk = 3;
+  p.sq = 300;
+  p.sk = 24000;  // 24000 · (64 + 64) · 2 B = 6.1 MB per head: 2 heads per section
+  p.causal = true;
+  run_sm90(p);
+}
+TEST(CudaFwdSm90, SectionsWithAShortLastHdim128) {
+  Problem p;
+  p.batch = 1;
+  p.h = 5;
+  p.hk = 5;
+  p.sq = 200;
+  p.sk = 12000;  // 12000 · (128 + 128) · 2 B = 6.1 MB per head: 2 heads per section
+  p.d = p.dv = 128;
+  run_sm90(p);
+}
 // D = 64 with a mask on long query sequences: the tall tile (three consumers, 192 rows; fwd_tall_tiles),
 // with a ragged last block (2100 = 10 · 192 + 180), causal and a GQA window, padded and varlen.
 TEST(CudaFwdSm90, TallTilesCausalHdim64) {

@@ -24,12 +24,18 @@ struct FwdKernelParams {
   float* lse;  // null: not requested
   int64_t o_batch_stride, o_row_stride, o_head_stride;  // elements
   int64_t lse_batch_stride, lse_head_stride;
-  int batch, heads_q, group_size;  // group_size = heads_q / heads_kv
+  int batch;
   int seqlen_q, seqlen_k;          // padded: the lengths; varlen: the maxima (0 when K has no rows)
   int hdim_v;                      // columns of O written (≤ D)
   int num_m_blocks;                // ceil(seqlen_q / block_m)
   int num_tiles;                   // num_m_blocks·heads_q·batch; the (persistent) grid walks them
-  int section_heads;               // (batch, head) pairs per section of the tile order (fwd_tile)
+  // The divisors of the tile order (fwd_tile), each taken per tile by every consumer thread and the
+  // producer: as multiplications (FastDivmod), since D = 64's short tiles are issue-bound and four
+  // integer divisions were ~90 of the ~200 instructions per warp that work out a tile.
+  FastDivmod heads_q, group_size;      // group_size = heads_q / heads_kv
+  FastDivmod section_heads;            // (batch, head) pairs per section of the tile order
+  FastDivmod last_section_heads;       // pairs in the last section (1 .. section_heads)
+  FastDivmod section_tiles;            // num_m_blocks · section_heads
   int* tile_counter;               // dynamic schedule: tiles handed out past the first wave (zeroed
                                    // before the launch); null: static stride (TileScheduler)
   int window_left, window_right;   // clamped (mask.cuh); < 0 unbounded; masked instances only
@@ -44,10 +50,10 @@ struct FwdKernelParams {
   int last_page;
 };
 
-template <class TagT, int kHeadDim, bool kMaskedT, bool kTall = false, bool kPagedT = false>
+template <class TagT, int kHeadDim, bool kMaskedT, bool kTallT = false, bool kPagedT = false>
 struct FwdTraits {
   using Tag = TagT;
-  static constexpr FwdShape kShape = fwd_shape(kHeadDim, kMaskedT, kTall);
+  static constexpr FwdShape kShape = fwd_shape(kHeadDim, kMaskedT, kTallT);
   // Paged K/V (p.block_table; fwd_producer.cuh's load_paged_rows): kernels of their own (the masked
   // tile, fwd_launch.hpp), so that the others keep their code; the producer warp shares the pages.
   static constexpr bool kPaged = kPagedT;
@@ -56,6 +62,7 @@ struct FwdTraits {
   static constexpr int kConsumers = kShape.consumers, kStages = kShape.stages;
   static constexpr int kThreads = kShape.threads(), kConsumerThreads = kConsumers * kWarpgroupThreads;
   static constexpr bool kMasked = kMaskedT;  // causal or window: the mask may cut any tile
+  static constexpr bool kTall = kTallT;      // the three-consumer masked tile (fwd_shape)
   // Ping-pong: the consumers take turns issuing their two products, so one's softmax runs under the
   // other's matmuls (FlashAttention-3 does it up to D = 128; at D = 256 the products are long
   // enough to hide the softmax of the same warpgroup).
@@ -108,20 +115,52 @@ struct FwdTile {
 //     masks, varlen). A static stride was 1.7× imbalanced there (docs/kernels-sm90-forward.md).
 // The producer's thread schedules and hands each tile index to the consumers through a two-slot
 // ring in shared memory (FwdSmem: tile_full/tile_empty); a tile index ≥ num_tiles ends the CTA.
+//
+// tile_coordinates: where tile `tile` lies in that order. Its divisions are multiplications (FastDivmod): D = 64's short tiles are issue-bound, and four integer divisions
+// were ~90 of the ~200 instructions per warp that worked out a tile (ncu, hdim 64 causal 512; the
+// change measured +2–4 % at 512–1k, docs/kernels-sm90-forward.md). Except in the tall tile, where
+// with them its key loop ran 1.5–2.5 % slower at 4k–16k (same instructions, scheduled otherwise;
+// not understood) and its tiles are long enough that the divisions do not count.
+struct TileCoordinates {
+  int batch, head, head_kv, m_block;
+};
+
+template <class Traits>
+__device__ __forceinline__ TileCoordinates tile_coordinates(const FwdKernelParams& p, int tile) {
+  TileCoordinates c;
+  const int pairs = p.batch * p.heads_q.divisor, section_heads = p.section_heads.divisor;
+  if constexpr (Traits::kTall) {
+    const int per_section = p.num_m_blocks * section_heads;
+    const int section = tile / per_section, first = section * section_heads;
+    const int heads_here = min(section_heads, pairs - first);
+    const int r = tile - section * per_section;
+    c.m_block = p.num_m_blocks - 1 - r / heads_here;
+    const int pair = first + r % heads_here;
+    c.head = pair % p.heads_q.divisor;
+    c.batch = pair / p.heads_q.divisor;
+    c.head_kv = c.head / p.group_size.divisor;
+  } else {
+    const int section = p.section_tiles.quotient(tile), first = section * section_heads;
+    const int r = tile - section * p.section_tiles.divisor;
+    const bool full = first + section_heads <= pairs;  // else the last section, with fewer heads
+    const int r_block = full ? p.section_heads.quotient(r) : p.last_section_heads.quotient(r);
+    c.m_block = p.num_m_blocks - 1 - r_block;
+    const int pair = first + (r - r_block * (full ? section_heads : p.last_section_heads.divisor));
+    c.batch = p.heads_q.quotient(pair);
+    c.head = pair - c.batch * p.heads_q.divisor;
+    c.head_kv = p.group_size.quotient(c.head);
+  }
+  return c;
+}
+
 template <class Traits>
 __device__ __forceinline__ FwdTile fwd_tile(const FwdKernelParams& p, int tile) {
   FwdTile t;
-  const int pairs = p.batch * p.heads_q;
-  const int per_section = p.num_m_blocks * p.section_heads;
-  const int section = tile / per_section, first = section * p.section_heads;
-  const int heads_here = min(p.section_heads, pairs - first);
-  const int r = tile - section * per_section;
-  const int m_block = p.num_m_blocks - 1 - r / heads_here;
-  const int pair = first + r % heads_here;
-  t.head = pair % p.heads_q;
-  t.batch = pair / p.heads_q;
-  t.head_kv = t.head / p.group_size;
-  t.m0 = m_block * Traits::kBlockM;
+  const TileCoordinates c = tile_coordinates<Traits>(p, tile);
+  t.batch = c.batch;
+  t.head = c.head;
+  t.head_kv = c.head_kv;
+  t.m0 = c.m_block * Traits::kBlockM;
   const bool varlen = p.cu_seqlens_q != nullptr;
   t.seq = seq_lens(t.batch, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlen_q, p.seqlen_k);
   t.mask.seqlen_q = t.seq.seqlen_q;

@@ -45,8 +45,11 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p) {
   k.lse_batch_stride = p.lse_batch_stride;
   k.lse_head_stride = p.lse_head_stride;
   k.batch = static_cast<int>(p.batch);
-  k.heads_q = FastDivmod::of(static_cast<int>(p.heads_q));
-  k.group_size = FastDivmod::of(static_cast<int>(p.group_size()));
+  // The divisors are ≥ 1 even for a call with no tiles (batch, heads or seqlen_q 0), which launches
+  // nothing: FastDivmod::of divides by them.
+  const auto divisor = [](int64_t d) { return FastDivmod::of(static_cast<int>(std::max<int64_t>(d, 1))); };
+  k.heads_q = divisor(p.heads_q);
+  k.group_size = divisor(p.group_size());
   k.seqlen_q = static_cast<int>(p.seqlen_q);
   // No K rows: no key is ever loaded. Paged: no key past the table row's capacity, as on sm80 (so
   // a key below seqlen_k always has a table entry).
@@ -55,11 +58,11 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p) {
                               : static_cast<int>(p.seqlen_k);
   k.hdim_v = static_cast<int>(p.hdim_v);
   k.num_m_blocks = ceil_div(k.seqlen_q, Traits::kBlockM);
-  k.num_tiles = k.num_m_blocks * k.heads_q.divisor * k.batch;  // ≤ 2^30: the plan checks
-  const int pairs = k.heads_q.divisor * k.batch, per_section = section_heads(p);
-  k.section_heads = FastDivmod::of(per_section);
-  k.last_section_heads = FastDivmod::of(pairs - (pairs - 1) / per_section * per_section);
-  k.section_tiles = FastDivmod::of(k.num_m_blocks * per_section);
+  k.num_tiles = k.num_m_blocks * static_cast<int>(p.heads_q) * k.batch;  // ≤ 2^30: the plan checks
+  const int pairs = static_cast<int>(p.heads_q) * k.batch, per_section = std::max(section_heads(p), 1);
+  k.section_heads = divisor(per_section);
+  k.last_section_heads = divisor(pairs - (pairs - 1) / per_section * per_section);
+  k.section_tiles = divisor(int64_t{k.num_m_blocks} * per_section);
   k.tile_counter = fwd_dynamic_schedule(p) ? static_cast<int*>(p.workspace) : nullptr;  // may be null
   k.window_left = clamp_window(p.options.window_left);
   k.window_right = clamp_window(p.options.window_right);

@@ -14,7 +14,9 @@ namespace flashattn::cuda {
 //   s[mi][ni][c] is the C fragment (ptx/mma.cuh) of rows row0 + 16·mi + 8·(c / 2) + g and keys
 //   col0 + 8·ni + 2t + (c % 2), with g = lane / 4, t = lane % 4; row0/col0 are positions within
 //   the sequence. Rows ≥ seqlen_q are masked like any other (their result is never stored).
-template <int kMTiles, int kNTiles>
+// kLeftEdge false: for a mask without a left edge (mask.left < 0: causal, or a window open to the
+// left), where every key from 0 is in on that side: one compare per entry, of the right edge.
+template <bool kLeftEdge = true, int kMTiles, int kNTiles>
 FLASHATTN_HD void mask_accumulator(float (&s)[kMTiles][kNTiles][4], const Mask& mask, int row0, int col0,
                                    int lane) {
   const int g = lane / 4, t = lane % 4;
@@ -23,13 +25,13 @@ FLASHATTN_UNROLL
 FLASHATTN_UNROLL
     for (int half = 0; half < 2; ++half) {
       const int row = row0 + 16 * mi + 8 * half + g;
-      const int begin = mask.key_begin(row), end = mask.key_end(row);
+      const int begin = kLeftEdge ? mask.key_begin(row) : 0, end = mask.key_end(row);
 FLASHATTN_UNROLL
       for (int ni = 0; ni < kNTiles; ++ni) {
 FLASHATTN_UNROLL
         for (int e = 0; e < 2; ++e) {
           const int col = col0 + 8 * ni + 2 * t + e;
-          if (col < begin || col >= end) s[mi][ni][2 * half + e] = kMaskedScore;
+          if ((kLeftEdge && col < begin) || col >= end) s[mi][ni][2 * half + e] = kMaskedScore;
         }
       }
     }

@@ -29,9 +29,8 @@ struct FwdKernelParams {
   int hdim_v;                      // columns of O written (≤ D)
   int num_m_blocks;                // ceil(seqlen_q / block_m)
   int num_tiles;                   // num_m_blocks·heads_q·batch; the (persistent) grid walks them
-  // The divisors of the tile order (fwd_tile), each taken per tile by every consumer thread and the
-  // producer: as multiplications (FastDivmod), since D = 64's short tiles are issue-bound and four
-  // integer divisions were ~90 of the ~200 instructions per warp that work out a tile.
+  // The divisors of the tile order (tile_coordinates below, which every consumer thread and the
+  // producer runs per tile), as FastDivmod: ≥ 1 even where there are no tiles (fwd_launch.cuh).
   FastDivmod heads_q, group_size;      // group_size = heads_q / heads_kv
   FastDivmod section_heads;            // (batch, head) pairs per section of the tile order
   FastDivmod last_section_heads;       // pairs in the last section (1 .. section_heads)
@@ -116,11 +115,12 @@ struct FwdTile {
 // The producer's thread schedules and hands each tile index to the consumers through a two-slot
 // ring in shared memory (FwdSmem: tile_full/tile_empty); a tile index ≥ num_tiles ends the CTA.
 //
-// tile_coordinates: where tile `tile` lies in that order. Its divisions are multiplications (FastDivmod): D = 64's short tiles are issue-bound, and four integer divisions
-// were ~90 of the ~200 instructions per warp that worked out a tile (ncu, hdim 64 causal 512; the
-// change measured +2–4 % at 512–1k, docs/kernels-sm90-forward.md). Except in the tall tile, where
-// with them its key loop ran 1.5–2.5 % slower at 4k–16k (same instructions, scheduled otherwise;
-// not understood) and its tiles are long enough that the divisions do not count.
+// tile_coordinates: where tile `tile` lies in that order. Its divisions are multiplications
+// (FastDivmod): D = 64's short tiles are issue-bound, and four integer divisions were ~90 of the
+// ~200 instructions per warp that worked out a tile (ncu, hdim 64 causal 512; the change measured
+// +2–4 % at 512–1k, docs/kernels-sm90-forward.md). Except in the tall tile, where with them its key
+// loop ran 1.5–2.5 % slower at 4k–16k (as many instructions, scheduled otherwise; not understood)
+// and its tiles are long enough that the divisions do not count.
 struct TileCoordinates {
   int batch, head, head_kv, m_block;
 };

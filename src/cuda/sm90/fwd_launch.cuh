@@ -28,7 +28,7 @@ inline int section_heads(const FwdParams& p) {
   const int64_t kv_bytes = p.seqlen_k * (p.hdim_qk + p.hdim_v) * 2 / p.group_size();  // per query head
   const int64_t pairs = p.batch * p.heads_q;
   int64_t n = kv_bytes > 0 ? kBudget / kv_bytes : pairs;
-  n = n < 1 ? 1 : (n > pairs ? pairs : n);
+  n = std::max<int64_t>(std::min(n, pairs), 1);  // 1 also for a call with no pairs: it divides by it
   return static_cast<int>(n);
 }
 
@@ -59,7 +59,7 @@ FwdKernelParams fwd_kernel_params(const FwdParams& p) {
   k.hdim_v = static_cast<int>(p.hdim_v);
   k.num_m_blocks = ceil_div(k.seqlen_q, Traits::kBlockM);
   k.num_tiles = k.num_m_blocks * static_cast<int>(p.heads_q) * k.batch;  // ≤ 2^30: the plan checks
-  const int pairs = static_cast<int>(p.heads_q) * k.batch, per_section = std::max(section_heads(p), 1);
+  const int pairs = static_cast<int>(p.heads_q) * k.batch, per_section = section_heads(p);
   k.section_heads = divisor(per_section);
   k.last_section_heads = divisor(pairs - (pairs - 1) / per_section * per_section);
   k.section_tiles = divisor(int64_t{k.num_m_blocks} * per_section);

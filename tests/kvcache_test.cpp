@@ -184,11 +184,52 @@ TEST_P(KVCacheForwardRoute, DecodeKernelStillTakesLongQueries) {
   expect_matches_on(knobs::KVCacheRoute::decode);
 }
 
+// Every case again on the decode kernel with TMA K/V loads (sm_90; the route forced off so long
+// queries stay on the kernel). Skipped where the GPU, the build or the cache's layout has none.
+class LoadsForced {
+ public:
+  explicit LoadsForced(knobs::DecodeLoads l) : before_(knobs::decode_loads()) { knobs::set_decode_loads(l); }
+  ~LoadsForced() { knobs::set_decode_loads(before_); }
+  LoadsForced(const LoadsForced&) = delete;
+  LoadsForced& operator=(const LoadsForced&) = delete;
+
+ private:
+  knobs::DecodeLoads before_;
+};
+
+class KVCacheTmaLoads : public ::testing::TestWithParam<KVCase> {};
+
+TEST_P(KVCacheTmaLoads, MatchesReference) {
+  const Backend backend{"decode", flashattn::Device::cuda};
+  FA_REQUIRE_BACKEND(backend);
+  const RouteForced route(knobs::KVCacheRoute::decode);
+  const LoadsForced tma(knobs::DecodeLoads::tma);
+  Rng rng;
+  KVProblem p = make_kv_problem(GetParam(), rng);
+  const KVExpected e = expect_of(p);
+  FA_RUN_OR_SKIP(run_kvcache(backend, p));
+  expect_kvcache_matches(p, e);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, KVCacheTmaLoads, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<KVCase>& info) { return info.param.name(); });
+
 // A paged cache holding bitwise the same keys and values as a contiguous one gives bitwise the
 // same out and lse on the same backend, at every page size (and appends the same rows).
-class PagedEqualsContiguous : public ::testing::TestWithParam<std::tuple<Backend, int64_t>> {};
+class PagedEqualsContiguous : public ::testing::TestWithParam<std::tuple<Backend, int64_t>> {
+ protected:
+  void expect_bitwise();
+};
 
-TEST_P(PagedEqualsContiguous, Bitwise) {
+TEST_P(PagedEqualsContiguous, Bitwise) { expect_bitwise(); }
+
+// The same with the decode kernel's TMA loads (skipped where the GPU has none).
+TEST_P(PagedEqualsContiguous, BitwiseWithTmaLoads) {
+  const LoadsForced tma(knobs::DecodeLoads::tma);
+  expect_bitwise();
+}
+
+void PagedEqualsContiguous::expect_bitwise() {
   const auto& [backend, page] = GetParam();
   FA_REQUIRE_BACKEND(backend);
   const KVCase c = KVCase::decode({300, 1, 77, 512}, 520, 8, 2, 64).q_rows(4).append(3).rotate(Rotary::half_split)

@@ -28,6 +28,20 @@ void set_kvcache_route(const std::string& route) {
   }
 }
 
+// How the GPU decode kernel loads K/V (backend/testing.hpp) by name: "auto", "cp_async", "tma".
+void set_decode_loads(const std::string& loads) {
+  using flashattn::testing::DecodeLoads;
+  if (loads == "auto") {
+    flashattn::testing::set_decode_loads(DecodeLoads::automatic);
+  } else if (loads == "cp_async") {
+    flashattn::testing::set_decode_loads(DecodeLoads::cp_async);
+  } else if (loads == "tma") {
+    flashattn::testing::set_decode_loads(DecodeLoads::tma);
+  } else {
+    throw nb::value_error(("loads: \"" + loads + "\" is not one of \"auto\", \"cp_async\", \"tma\"").c_str());
+  }
+}
+
 }  // namespace
 
 NB_MODULE(_C, m) {
@@ -43,6 +57,9 @@ NB_MODULE(_C, m) {
   m.def("set_kvcache_route", &set_kvcache_route, "route"_a,
         "Testing aid: where the GPU's KV-cache call attends: \"auto\" (the forward from 128 query rows), "
         "\"forward\" (wherever it can), \"decode\" (always the decode kernel).");
+  m.def("set_decode_loads", &set_decode_loads, "loads"_a,
+        "Testing aid: how the GPU decode kernel loads K/V: \"auto\" (its own choice), \"cp_async\" (16-byte "
+        "chunks), \"tma\" (TMA boxes; sm_90).");
   m.def("last_error_code", &torch_ops::last_error_code,
         "The StatusCode of the last error a flashattn operator raised on this thread.");
 

@@ -3,7 +3,8 @@
 // paths a given GPU would not take (the A100's tiles on a Hopper GPU, a split tail on 3 SMs) are
 // tested too. Zero keeps the device's own value. The CPU's choice of products for bf16 inputs can be
 // forced the same way, so both of its paths run on every machine, and so can the decode family's
-// choice between its own kernel and the forward for a KV-cache call, so both run every case.
+// choice between its own kernel and the forward for a KV-cache call, so both run every case, and how
+// its kernel loads K/V.
 #pragma once
 
 #include <atomic>
@@ -24,8 +25,12 @@ enum class CpuProducts { automatic = 0, f32 = 1, bf16 = 2 };
 // chosen by the number of query rows, always the forward, or always the decode kernel.
 enum class KVCacheRoute { automatic = 0, forward = 1, decode = 2 };
 
+// How the decode family's attention kernel loads K/V (decode/launch.hpp's AttendLoads): its own
+// choice, cp.async chunks, or TMA boxes (sm_90).
+enum class DecodeLoads { automatic = 0, cp_async = 1, tma = 2 };
+
 inline std::atomic<int>& override_slot(int which) {
-  static std::atomic<int> slots[4] = {};
+  static std::atomic<int> slots[5] = {};
   return slots[which];
 }
 inline void set_device_overrides(const DeviceOverrides& o) {
@@ -41,5 +46,8 @@ inline CpuProducts cpu_products() { return static_cast<CpuProducts>(override_slo
 
 inline void set_kvcache_route(KVCacheRoute r) { override_slot(3).store(static_cast<int>(r), std::memory_order_relaxed); }
 inline KVCacheRoute kvcache_route() { return static_cast<KVCacheRoute>(override_slot(3).load(std::memory_order_relaxed)); }
+
+inline void set_decode_loads(DecodeLoads l) { override_slot(4).store(static_cast<int>(l), std::memory_order_relaxed); }
+inline DecodeLoads decode_loads() { return static_cast<DecodeLoads>(override_slot(4).load(std::memory_order_relaxed)); }
 
 }  // namespace flashattn::testing

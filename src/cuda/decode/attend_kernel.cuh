@@ -6,23 +6,32 @@
 // K/V byte once for all the rows that need it. Per key block, per warp:
 //   S = Q·Kᵀ (mma.sync) → score transform (scale / soft cap) → mask (packed rows: row r is query
 //   r / group_size) → online softmax update → P·V into the warp's fp32 output.
-// K/V blocks stream through kStages shared-memory stages with cp.async (16-byte chunks, rows past
-// the sequence and columns past the head dim zero-filled, never read), each row found through the
-// cache's row addressing (contiguous or block-table pages, clamped: params.cuh).
+// K/V blocks stream through kStages shared-memory stages, loaded one of two ways (Traits::kTma):
+//   cp.async (attend_keys_cp_async, every arch): 16-byte chunks by every thread, rows past the
+//     sequence and columns past the head dim zero-filled, never read, each row found through the
+//     cache's row addressing (contiguous or block-table pages, clamped: params.cuh);
+//   TMA (attend_keys_tma, sm_90): boxes of the caches' tensor maps issued by a producer warp beside
+//     the four, handed over through full/empty mbarriers (TmaBlocks).
+// family.cu chooses (TMA for pages of whole key blocks on sm_90).
 // At the end the warps merge their (max, sum, output) per row through shared memory, exactly as the
 // combine kernel merges splits; the block writes the final O and LSE when there is one split, else
 // its fp32 partial output and LSE (−inf for an empty split) for combine.cu.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/mask.cuh"
 #include "cuda/common/scores.cuh"
 #include "cuda/decode/params.cuh"
 #include "cuda/decode/shape.cuh"
+#include "cuda/ptx/barrier.cuh"
 #include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/griddep.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/tma.cuh"
 #include "cuda/sm80/softmax.cuh"
 #include "cuda/sm80/tile_io.cuh"
 #include "cuda/sm80/warp_gemm.cuh"
@@ -135,6 +144,91 @@ struct PagedRowOffsets {
   }
 };
 
+// TMA loads (Traits::kTma, sm_90): the producer warp moves each key block with the copy engine, in
+// boxes of 64 columns of the caches' tensor maps (CacheMaps), into 128-byte-swizzled panels
+// (PanelSmemTile), counted on the stage's mbarrier. A contiguous cache: one box of kBlockN rows per
+// panel and side, at (column, kv head, first key + block start, cache row). A paged cache: one box of
+// box_rows = min(page size, kBlockN) rows per page, panel and side, at (column, kv head, row within
+// the page, page), lane j issuing the block's j-th box. The table entries wait in the producer's
+// registers, a window of 32 boxes per lane pair (current, next): the next window is read when the
+// current one comes into use, so no copy waits for its entry after the prologue, and the first is
+// read before the sequence's length, where the split starts if the sequence fills its capacity
+// (read again in the rare other case). Rows past the capacity read as zeros; a box wholly past the
+// sequence is not issued; the rows of a block past the sequence are zeroed after it lands (V's: a
+// masked key's P is 0, its V row must not be NaN).
+//   k, v: [hdim, heads_kv, seqlen_cache, batch_cache] contiguous, [hdim, heads_kv, page_size,
+//   num_pages] paged (dimension 0 innermost), box [64, 1, box_rows, 1].
+struct CacheMaps {
+  const CUtensorMap* k;
+  const CUtensorMap* v;
+};
+
+template <class Traits>
+struct TmaBlocks {
+  using KVTile = typename Traits::KVTile;
+  static constexpr int kPanels = KVTile::kChunksPerRow / KVTile::kPanelChunks;
+  CacheMaps maps;
+  uint32_t k_tile, v_tile;  // stage 0
+  uint32_t bars;            // stage 0's mbarrier (stage s: + 8·s)
+  int h_kv;
+  int row0, cache_row;      // contiguous: the sequence's first key's row and its cache row
+  PagedRows pages;          // paged: the sequence's table row (its addressing fields unused)
+  int box_rows, boxes;      // paged: rows per box (min(page size, kBlockN)) and boxes per block and side
+
+  // Paged: lane l's entry of a window of 32 boxes, box l counted from block `block0`'s first (lane l
+  // covers box l % boxes of block block0 + l / boxes); 0 for keys past the capacity (the table row's
+  // end). Independent of the sequence's length, so it may be read before the length is known.
+  __device__ __forceinline__ int window_entry(int block0, int capacity, int lane) const {
+    const int key = (block0 + lane / boxes) * Traits::kBlockN + (lane % boxes) * box_rows;
+    return key < capacity ? pages.entry_of(key) : 0;
+  }
+  // Block n into `stage`, by the producer warp (every lane calls; paged: `window` is this lane's
+  // entry of the current window, block n's at lanes slot·boxes + j).
+  __device__ __forceinline__ void load(const AttendWork& w, int n, int stage, int window, int slot, int lane) const {
+    const int key0 = n * Traits::kBlockN;
+    const uint32_t bar = bars + 8 * stage;
+    const uint32_t k_dst = k_tile + stage * KVTile::kBytes, v_dst = v_tile + stage * KVTile::kBytes;
+    if constexpr (!Traits::kPaged) {
+      if (lane == 0) {
+        ptx::mbarrier_arrive_expect_tx(bar, 2 * kPanels * KVTile::kPanelBytes);
+#pragma unroll
+        for (int c = 0; c < kPanels; ++c) {
+          ptx::tma_load(k_dst + c * KVTile::kPanelBytes, maps.k, bar, 64 * c, h_kv, row0 + key0, cache_row);
+          ptx::tma_load(v_dst + c * KVTile::kPanelBytes, maps.v, bar, 64 * c, h_kv, row0 + key0, cache_row);
+        }
+      }
+    } else {
+      // The lanes holding block n's entries (window lanes slot·boxes + j) issue its boxes themselves,
+      // each expecting its own bytes: no shuffle, no division on the way to the copies.
+      const int j = lane - slot * boxes;
+      const int key = key0 + j * box_rows;
+      if (j >= 0 && j < boxes && key < w.mask.seqlen_k) {
+        const int page = pages.clamp_page(window);
+        const int in_page = boxes > 1 ? 0 : pages.row_of(key);  // boxes of a page's size start pages
+        const uint32_t at = static_cast<uint32_t>(j * box_rows * KVTile::kRowBytes);
+        ptx::mbarrier_expect_tx(bar, static_cast<uint32_t>(2 * kPanels * box_rows * KVTile::kRowBytes));
+#pragma unroll
+        for (int c = 0; c < kPanels; ++c) {
+          ptx::tma_load(k_dst + c * KVTile::kPanelBytes + at, maps.k, bar, 64 * c, h_kv, in_page, page);
+          ptx::tma_load(v_dst + c * KVTile::kPanelBytes + at, maps.v, bar, 64 * c, h_kv, in_page, page);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) ptx::mbarrier_arrive(bar);  // after every lane's expectation
+    }
+  }
+  // After block n landed: zero its V rows past the sequence (a partial block only; the caller then
+  // needs a barrier before the rows are read).
+  __device__ __forceinline__ void zero_rows_past_sequence(const AttendWork& w, int n, int stage, int tid) const {
+    const int valid = w.mask.seqlen_k - n * Traits::kBlockN;
+    const uint32_t v_dst = v_tile + stage * KVTile::kBytes;
+    for (int c = tid; c < Traits::kBlockN * KVTile::kChunksPerRow; c += Traits::kThreads) {
+      const int row = c / KVTile::kChunksPerRow, chunk = c % KVTile::kChunksPerRow;
+      if (row >= valid) TileIO<KVTile, Traits::kThreads>::store_zero_16(v_dst + KVTile::chunk_offset(row, chunk));
+    }
+  }
+};
+
 // Key block n of one side of the cache → a stage (cp.async; keys past the sequence and columns past
 // `dim` zeroed). A thread moves one chunk column of rows row0, row0 + kLoadRowStep, ...; their
 // element offsets are `offsets` (paged: staged by PagedRowOffsets) or the sequence's row stride apart.
@@ -235,6 +329,17 @@ __device__ __forceinline__ void report_empty_split(const AttendParams& p, const 
   }
 }
 
+// A barrier of the attending warps: __syncthreads, or with TMA (a producer warp beside them that
+// does not take part) named barrier 1 over the kThreads attending threads.
+template <class Traits>
+__device__ __forceinline__ void attending_sync() {
+  if constexpr (Traits::kTma) {
+    ptx::named_barrier_sync(1, Traits::kThreads);
+  } else {
+    __syncthreads();
+  }
+}
+
 // The warps' merge: each warp has, per row, the running max m_w (score units), its sum ℓ_w and its
 // output relative to exp2(m_w·exp_mult). With M = max_w m_w·exp_mult and weights 2^(m_w·exp_mult − M):
 //   O = Σ_w weight_w·O_w / Σ_w weight_w·ℓ_w,   LSE = (M + log2 Σ_w weight_w·ℓ_w)·ln 2.
@@ -265,7 +370,7 @@ __device__ __forceinline__ void merge_warps_and_store(const AttendParams& p, con
       dst[1] = acc[0][di][2 * half + 1];
     }
   }
-  __syncthreads();
+  attending_sync<Traits>();
 
   const bool final_output = p.num_splits == 1;
   for (int c = tid; c < kM * (kD / 8); c += Traits::kThreads) {
@@ -296,32 +401,54 @@ __device__ __forceinline__ void merge_warps_and_store(const AttendParams& p, con
   }
 }
 
+// What the key loop of one thread block works with: its shared tiles' fragment addresses, the
+// queries of this lane's accumulator rows (for the mask), and the running softmax state and output.
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_constant__ AttendParams p) {
-#if FLASHATTN_PTX_SM80
-  using Tag = typename Traits::Tag;
+struct KeyLoop {
   using QTile = typename Traits::QTile;
   using KVTile = typename Traits::KVTile;
-  constexpr int kStages = Traits::kStages, kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
+  LdsmAddr<QTile> q_frag;
+  LdsmAddr<KVTile> k_frag, v_frag;
+  int warp_key0;  // this warp's slice of every key block
+  int query[2];   // the queries of this lane's two accumulator rows (g and g + 8)
+  ScoreTransform scores;
+  OnlineSoftmax<1> softmax;
+  float acc[1][Traits::kDTiles][4];
+};
 
-  extern __shared__ __align__(128) unsigned char smem[];
-  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  const AttendWork w = attend_work<Traits>(p);
-  if (w.n_begin >= w.n_end && p.num_splits > 1) {
-    report_empty_split<Traits>(p, w, tid);
-    return;
+// Key block n, landed in `stage`, for this warp: S = Q·Kᵀ on its keys → score transform → mask →
+// online softmax update → P·V into the output.
+template <class Traits>
+__device__ __forceinline__ void attend_key_block(KeyLoop<Traits>& L, const AttendWork& w, int n, int stage, int lane) {
+  using Tag = typename Traits::Tag;
+  using KVTile = typename Traits::KVTile;
+  constexpr int kNTiles = Traits::kNTiles;
+  float s[1][kNTiles][4];
+#pragma unroll
+  for (int ni = 0; ni < kNTiles; ++ni)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) s[0][ni][c] = 0.f;
+  gemm_ss<Tag, typename Traits::QTile, KVTile, 1, kNTiles, Traits::kQKSteps>(s, L.q_frag, L.k_frag, stage * KVTile::kBytes);
+  transform_scores(s, L.scores);
+  const int key0 = n * Traits::kBlockN;
+  if (w.mask.tile_needs_mask(w.i_first, w.i_last - w.i_first + 1, key0, Traits::kBlockN)) {
+    mask_packed_rows<Traits>(s, w, L.query, key0 + L.warp_key0, lane);
   }
+  L.softmax.update(s, L.acc, L.scores.exp_mult);
+  uint32_t pa[1][Traits::kPVSteps][4];
+  accumulator_to_a_fragments<Tag>(pa, s);
+  gemm_rs<Tag, KVTile, 1, Traits::kDTiles, Traits::kPVSteps>(L.acc, pa, L.v_frag, stage * KVTile::kBytes);
+}
 
+// The key loop on cp.async (every arch): kStages − 1 blocks in flight, one commit group per block.
+template <class Traits>
+__device__ __forceinline__ void attend_keys_cp_async(const AttendParams& p, const AttendWork& w, unsigned char* smem,
+                                                     KeyLoop<Traits>& L, int tid, int lane) {
+  using KVTile = typename Traits::KVTile;
+  constexpr int kStages = Traits::kStages;
   const uint32_t s_q = ptx::smem_addr(smem) + Traits::kQOffset;
   const uint32_t s_k = ptx::smem_addr(smem) + Traits::kKOffset;
   const uint32_t s_v = ptx::smem_addr(smem) + Traits::kVOffset;
-  const int warp_key0 = warp * Traits::kKeysPerWarp;  // this warp's slice of every key block
-  const LdsmAddr<QTile> q_frag = ldsm_a_addr<QTile>(s_q, 0, lane);
-  const LdsmAddr<KVTile> k_frag = ldsm_b_addr<KVTile>(s_k, warp_key0, lane);
-  const LdsmAddr<KVTile> v_frag = ldsm_bt_addr<KVTile>(s_v, warp_key0, lane);
-  // The queries of this lane's two accumulator rows (g and g + 8), for the mask.
-  const int query[2] = {(w.r0 + lane / 4) / p.group_size, (w.r0 + lane / 4 + 8) / p.group_size};
-
   const SequenceRows<Traits::kPaged> k_rows = p.index.template key_rows<Traits::kPaged>(p.k, w.b, w.h_kv);
   const SequenceRows<Traits::kPaged> v_rows = p.index.template key_rows<Traits::kPaged>(p.v, w.b, w.h_kv);
   const char* k_data = static_cast<const char*>(p.k.data);
@@ -349,15 +476,6 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
     load_kv_block<Traits>(w, k_data, k_off, p.hdim_qk, n, s_k + stage * KVTile::kBytes, tid);
     load_kv_block<Traits>(w, v_data, v_off, p.hdim_v, n, s_v + stage * KVTile::kBytes, tid);
   };
-
-  float acc[1][kDTiles][4];
-#pragma unroll
-  for (int di = 0; di < kDTiles; ++di)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[0][di][c] = 0.f;
-  OnlineSoftmax<1> softmax;
-  softmax.init();
-  const ScoreTransform scores = p.scores;
 
   // Prologue: Q and the first kStages − 1 key blocks, one commit group each (Q joins the first);
   // paged: the row offsets of the first kStages blocks (the loop stages each later one a block
@@ -398,22 +516,7 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
     ptx::cp_async_commit();
     ptx::cp_async_wait<kStages - 1>();  // block n has landed
     __syncthreads();
-
-    float s[1][kNTiles][4];
-#pragma unroll
-    for (int ni = 0; ni < kNTiles; ++ni)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) s[0][ni][c] = 0.f;
-    gemm_ss<Tag, QTile, KVTile, 1, kNTiles, Traits::kQKSteps>(s, q_frag, k_frag, stage * KVTile::kBytes);
-    transform_scores(s, scores);
-    const int key0 = n * Traits::kBlockN;
-    if (w.mask.tile_needs_mask(w.i_first, w.i_last - w.i_first + 1, key0, Traits::kBlockN)) {
-      mask_packed_rows<Traits>(s, w, query, key0 + warp_key0, lane);
-    }
-    softmax.update(s, acc, scores.exp_mult);
-    uint32_t pa[1][Traits::kPVSteps][4];
-    accumulator_to_a_fragments<Tag>(pa, s);
-    gemm_rs<Tag, KVTile, 1, kDTiles, Traits::kPVSteps>(acc, pa, v_frag, stage * KVTile::kBytes);
+    attend_key_block<Traits>(L, w, n, stage, lane);
     // Paged: block n + kStages's row offsets, into the ring buffer block n's offsets held (read when
     // block n was loaded, barriers ago), from the entries that landed with block n.
     if constexpr (Traits::kPaged) {
@@ -422,13 +525,188 @@ __global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_c
     __syncthreads();
     stage = stage + 1 == kStages ? 0 : stage + 1;
   }
+}
+
+// Paged TMA: the split's first key block if the sequence fills the capacity (what attend_work
+// gives then, without a left window), computed before the length is read, and the first two entry
+// windows from there (TmaBlocks).
+struct EntryWindows {
+  int begin, cur, nxt;
+};
+template <class Traits>
+__device__ __forceinline__ EntryWindows speculative_windows(const AttendParams& p, const TmaBlocks<Traits>& blocks,
+                                                            int lane) {
+  const int capacity_blocks = (p.index.capacity + Traits::kBlockN - 1) / Traits::kBlockN;
+  const BlockRange guess = split_blocks(0, capacity_blocks, p.num_splits, static_cast<int>(blockIdx.x));
+  const int per_window = 32 / blocks.boxes;
+  return {guess.begin, blocks.window_entry(guess.begin, p.index.capacity, lane),
+          blocks.window_entry(guess.begin + per_window, p.index.capacity, lane)};
+}
+
+// The TMA loads' per-block state (TmaBlocks), paged windows included, before the length is read.
+template <class Traits>
+__device__ __forceinline__ TmaBlocks<Traits> tma_blocks(const AttendParams& p, uint32_t base, const CacheMaps& maps) {
+  TmaBlocks<Traits> blocks;
+  blocks.maps = maps;
+  blocks.k_tile = base + Traits::kKOffset;
+  blocks.v_tile = base + Traits::kVOffset;
+  blocks.bars = base + Traits::kBarriersOffset;
+  blocks.h_kv = static_cast<int>(blockIdx.y) / p.num_m_blocks;
+  if constexpr (Traits::kPaged) {
+    blocks.pages = p.index.template rows<true>(p.k, static_cast<int>(blockIdx.z), blocks.h_kv);
+    blocks.box_rows = imin(p.index.page_size.divisor, Traits::kBlockN);
+    blocks.boxes = Traits::kBlockN / blocks.box_rows;
+  }
+  return blocks;
+}
+
+// The key loop on TMA (sm_90, TmaBlocks), warp-specialized: a producer warp (the last one) issues
+// the loads of every block into the ring of kStages stages as soon as a stage is empty, and the
+// kWarps attending warps wait for a block on its stage's full mbarrier and give the stage back on its
+// empty mbarrier once they have read it. So no attending warp waits for a load to be issued, and
+// nothing beyond the two mbarriers orders them per block (with one warp per scheduler at one thread
+// block per SM, every instruction on an attending warp's path counts). Returns false on the producer,
+// which has nothing more to do.
+template <class Traits>
+__device__ __forceinline__ bool attend_keys_tma(const AttendParams& p, const AttendWork& w, uint32_t base,
+                                                TmaBlocks<Traits>& blocks, EntryWindows windows, KeyLoop<Traits>& L,
+                                                int tid, int lane) {
+  constexpr int kStages = Traits::kStages;
+  const uint32_t full = blocks.bars, empty = blocks.bars + 8 * kStages;
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbarrier_init(full + 8 * s, 1);
+      ptx::mbarrier_init(empty + 8 * s, Traits::kThreads);
+    }
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();  // the mbarriers initialized (every warp, the producer's included)
+
+  if (tid >= Traits::kThreads) {  // the producer warp
+    int per_window = 1;
+    if constexpr (Traits::kPaged) {
+      per_window = 32 / blocks.boxes;
+      if (windows.begin != w.n_begin) {
+        windows.cur = blocks.window_entry(w.n_begin, p.index.capacity, lane);
+        windows.nxt = blocks.window_entry(w.n_begin + per_window, p.index.capacity, lane);
+      }
+    } else {
+      blocks.row0 = p.index.first_key(w.b);
+      blocks.cache_row = p.index.cache_row(w.b);
+    }
+    int stage = 0, slot = 0;
+    uint32_t phase = 0;
+    for (int n = w.n_begin; n < w.n_end; ++n) {
+      if constexpr (Traits::kPaged) {
+        if (slot == per_window) {  // block n opens the next window of entries
+          slot = 0;
+          windows.cur = windows.nxt;
+          windows.nxt = blocks.window_entry(n + per_window, p.index.capacity, lane);
+        }
+      }
+      ptx::mbarrier_wait(empty + 8 * stage, phase ^ 1);  // a fresh stage passes at once
+      blocks.load(w, n, stage, windows.cur, slot, lane);
+      ++slot;
+      if (++stage == kStages) stage = 0, phase ^= 1;
+    }
+    return false;
+  }
+
+  load_q<Traits>(p, w, base + Traits::kQOffset, tid);
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<0>();
+  attending_sync<Traits>();  // Q
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int n = w.n_begin; n < w.n_end; ++n) {
+    ptx::mbarrier_wait(full + 8 * stage, phase);
+    if ((n + 1) * Traits::kBlockN > w.mask.seqlen_k) {
+      blocks.zero_rows_past_sequence(w, n, stage, tid);
+      attending_sync<Traits>();
+    }
+    attend_key_block<Traits>(L, w, n, stage, lane);
+    ptx::fence_proxy_async_shared_cta();  // this stage's reads (and zero stores), before TMA refills it
+    ptx::mbarrier_arrive(empty + 8 * stage);
+    if (++stage == kStages) stage = 0, phase ^= 1;
+  }
+  return true;
+}
+
+// One thread block's work (the kernels below): the key loop on cp.async or TMA, then the warps'
+// merge and the output.
+template <class Traits>
+__device__ __forceinline__ void attend_block(const AttendParams& p, const CacheMaps& maps) {
+  using QTile = typename Traits::QTile;
+  using KVTile = typename Traits::KVTile;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  // TMA's swizzled panels start at multiples of 1024 bytes (kAlignSlack pays for the rounding).
+  const uint32_t raw = ptx::smem_addr(smem_raw);
+  const uint32_t base = Traits::kTma ? (raw + 1023) / 1024 * 1024 : raw;
+  unsigned char* smem = smem_raw + (base - raw);
+  // TMA, paged: the first table entries are read beside the length, not after it.
+  [[maybe_unused]] std::conditional_t<Traits::kTma, TmaBlocks<Traits>, char> blocks{};
+  [[maybe_unused]] EntryWindows windows{};
+  if constexpr (Traits::kTma) {
+    blocks = tma_blocks<Traits>(p, base, maps);
+    if constexpr (Traits::kPaged) {
+      if (tid >= Traits::kThreads) windows = speculative_windows<Traits>(p, blocks, lane);
+    }
+  }
+  const AttendWork w = attend_work<Traits>(p);
+  if (w.n_begin >= w.n_end && p.num_splits > 1) {
+    report_empty_split<Traits>(p, w, tid);
+    return;
+  }
+
+  KeyLoop<Traits> L{ldsm_a_addr<QTile>(base + Traits::kQOffset, 0, lane),
+                    ldsm_b_addr<KVTile>(base + Traits::kKOffset, warp * Traits::kKeysPerWarp, lane),
+                    ldsm_bt_addr<KVTile>(base + Traits::kVOffset, warp * Traits::kKeysPerWarp, lane),
+                    warp * Traits::kKeysPerWarp,
+                    {(w.r0 + lane / 4) / p.group_size, (w.r0 + lane / 4 + 8) / p.group_size},
+                    p.scores};
+#pragma unroll
+  for (int di = 0; di < Traits::kDTiles; ++di)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) L.acc[0][di][c] = 0.f;
+  L.softmax.init();
+
+  if constexpr (Traits::kTma) {
+#if FLASHATTN_PTX_SM90
+    if (!attend_keys_tma<Traits>(p, w, base, blocks, windows, L, tid, lane)) return;
+#else
+    FLASHATTN_PTX_UNSUPPORTED("the decode kernel's TMA loads need sm_90");
+#endif
+  } else {
+    attend_keys_cp_async<Traits>(p, w, smem, L, tid, lane);
+  }
   // The combine kernel (when split) may launch now: it waits for this grid's end before reading.
   ptx::griddep_launch_dependents();
   ptx::cp_async_wait<0>();  // nothing may land in the stages the merge reuses
-  __syncthreads();
-  merge_warps_and_store<Traits>(p, w, smem, softmax, acc, scores.exp_mult, warp, lane, tid);
+  attending_sync<Traits>();
+  merge_warps_and_store<Traits>(p, w, smem, L.softmax, L.acc, L.scores.exp_mult, warp, lane, tid);
+}
+
+// The cp.async kernel (every arch from sm_80).
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_constant__ AttendParams p) {
+#if FLASHATTN_PTX_SM80
+  attend_block<Traits>(p, CacheMaps{nullptr, nullptr});
 #else
   FLASHATTN_PTX_UNSUPPORTED("the decode attention kernel needs sm_80");
+#endif
+}
+
+// The TMA kernel (sm_90): the caches' tensor maps as kernel parameters, as TMA needs them.
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kLaunchThreads)
+    attend_tma_kernel(const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+                      const __grid_constant__ AttendParams p) {
+#if FLASHATTN_PTX_SM90
+  attend_block<Traits>(p, CacheMaps{&tm_k, &tm_v});
+#else
+  FLASHATTN_PTX_UNSUPPORTED("the decode attention kernel's TMA loads need sm_90");
 #endif
 }
 

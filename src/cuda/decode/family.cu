@@ -14,6 +14,7 @@
 #include <string>
 
 #include "api/status_try.hpp"
+#include "backend/testing.hpp"
 #include "cuda/common/device_info.hpp"
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/common/instances.hpp"
@@ -22,6 +23,7 @@
 #include "cuda/decode/forward_route.hpp"
 #include "cuda/decode/launch.hpp"
 #include "cuda/decode/shape.cuh"
+#include "cuda/sm90/tensor_map.hpp"
 #include "decode/instances.h"
 
 namespace flashattn::cuda {
@@ -30,20 +32,24 @@ namespace {
 
 constexpr const char* kWho = "cuda decode";
 constexpr int kBlockM = 16;  // DecodeTraits::kBlockM of every instance
+constexpr int kBlockN = 64;  // DecodeTraits::kBlockN of every instance (decode_shape)
+static_assert(decode_shape(64).block_n == kBlockN && decode_shape(128).block_n == kBlockN &&
+              decode_shape(256).block_n == kBlockN, "one key block size for every instance");
 constexpr int64_t kMaxGridYZ = 65535;
 
 struct Instance {
   int head_dim;
   AttendRunFn run[2];  // [dtype]: f16, bf16
   AttendCheckFn check[2];
-  std::size_t smem_bytes[2];  // [paged]: a thread block's shared memory (either 16-bit dtype)
+  std::size_t smem_bytes[2][2];  // [AttendLoads][paged]: a thread block's shared memory (either 16-bit dtype)
 };
 
 #define FLASHATTN_DECODE_REGISTER(D)                                                                      \
   Instance{D, {&attend_run<ptx::F16, D>, &attend_run<ptx::BF16, D>},                                       \
            {&attend_device_check<ptx::F16, D>, &attend_device_check<ptx::BF16, D>},                       \
-           {DecodeTraits<ptx::BF16, D, false>::kSmemBytes, DecodeTraits<ptx::BF16, D, true>::kSmemBytes}},
-constexpr Instance kNoInstance{0, {nullptr, nullptr}, {nullptr, nullptr}, {0, 0}};
+           {{DecodeTraits<ptx::BF16, D, false>::kSmemBytes, DecodeTraits<ptx::BF16, D, true>::kSmemBytes},       \
+            {DecodeTraits<ptx::BF16, D, false, true>::kSmemBytes, DecodeTraits<ptx::BF16, D, true, true>::kSmemBytes}}},
+constexpr Instance kNoInstance{0, {nullptr, nullptr}, {nullptr, nullptr}, {{0, 0}, {0, 0}}};
 // kNoInstance first keeps the array non-empty when no head dim of the build has an instance.
 const Instance kInstances[] = {kNoInstance, FLASHATTN_DECODE_HEADDIMS(FLASHATTN_DECODE_REGISTER)};
 #undef FLASHATTN_DECODE_REGISTER
@@ -87,6 +93,7 @@ Layout workspace_layout(const KVCacheParams& p, int num_splits) {
 
 struct PlanDetail {
   AttendRunFn run;  // null when the route runs the call
+  AttendLoads loads;
   int num_splits;
   Layout layout;
   ForwardRoute route;
@@ -137,17 +144,73 @@ int best_splits(int64_t blocks, int64_t key_blocks, int64_t slots) {
 // at batch 1 × 8 kv heads and one tile, 16 splits (8 key blocks each at 8k keys) ran 9 % faster than
 // 15 (9 for the longest), 33 slower. A caller's num_splits wins. The kernel spreads a sequence's real
 // key blocks evenly over the splits.
-int choose_splits(const KVCacheParams& p, const DeviceInfo& dev, const Instance& inst) {
+int choose_splits(const KVCacheParams& p, const DeviceInfo& dev, const Instance& inst, AttendLoads loads) {
   if (p.num_splits > 0) return p.num_splits < kMaxSplits ? p.num_splits : kMaxSplits;
   constexpr int64_t kMinStepsTwoSlots = 16;
   const int64_t blocks = p.batch * p.heads_kv * num_m_blocks(p);
   const int64_t block_n = decode_shape(inst.head_dim).block_n;
   const int64_t key_blocks = (p.seqlen_k + block_n - 1) / block_n;
   const int one_slot = best_splits(blocks, key_blocks, dev.num_sms);
-  const int64_t per_sm = blocks_per_sm(dev, inst.smem_bytes[p.is_paged()]);
+  const int64_t per_sm = blocks_per_sm(dev, inst.smem_bytes[static_cast<int>(loads)][p.is_paged()]);
   if (num_m_blocks(p) == 1 || per_sm == 1) return one_slot;
   const int more_slots = best_splits(blocks, key_blocks, per_sm * dev.num_sms);
   return split_steps(key_blocks, more_slots) >= kMinStepsTwoSlots ? more_slots : one_slot;
+}
+
+// The tensor map of one side of the cache for TMA loads (attend_kernel.cuh's TmaBlocks): [hdim,
+// heads_kv, rows, batch_cache] contiguous, [hdim, heads_kv, page_size, num_pages] paged, 64-column
+// boxes of one kv head and kBlockN rows (paged: min(page size, kBlockN)).
+sm90::TileMapSpec cache_map_spec(const KVCacheParams& p, bool v_side) {
+  sm90::TileMapSpec m;
+  m.data = v_side ? p.v : p.k;
+  m.rank = 4;
+  m.dims[0] = v_side ? p.hdim_v : p.hdim_qk;
+  m.dims[1] = p.heads_kv;
+  m.dims[2] = p.is_paged() ? p.page_size : p.seqlen_k;
+  m.dims[3] = p.is_paged() ? p.num_pages : p.batch_cache;
+  m.strides[0] = 1;
+  m.strides[1] = v_side ? p.v_head_stride : p.k_head_stride;
+  m.strides[2] = v_side ? p.v_row_stride : p.k_row_stride;
+  m.strides[3] = v_side ? p.v_batch_stride : p.k_batch_stride;
+  m.box[0] = 64;
+  m.box[1] = 1;
+  m.box[2] = static_cast<int>(p.is_paged() ? std::min<int64_t>(p.page_size, kBlockN) : kBlockN);
+  m.box[3] = 1;
+  m.swizzle = ptx::Swizzle::b128;
+  return m;
+}
+
+// Whether TMA can load this call's K/V blocks: an sm_90 GPU, pages that hold whole key blocks or a
+// whole number of at least 8 keys per block, and caches TMA can tile.
+Status tma_fits(const KVCacheParams& p, const DeviceInfo& dev) {
+  if (dev.cc_major < 9) return Status::unsupported(std::string(kWho) + ": TMA loads need compute capability >= 9.0");
+  if (p.is_paged() && p.page_size % kBlockN != 0 && (kBlockN % p.page_size != 0 || p.page_size < 8)) {
+    return Status::unsupported(std::string(kWho) + ": TMA loads need pages of 8, 16, 32 or a multiple of 64 keys");
+  }
+  FLASHATTN_TRY(sm90::check_tile_map(p.dtype, cache_map_spec(p, false), kWho));
+  return sm90::check_tile_map(p.dtype, cache_map_spec(p, true), kWho);
+}
+
+// How the attention kernel loads K/V. TMA with a producer warp for paged caches whose pages hold
+// whole key blocks (64, 256, ...) on an sm_90 GPU with an sm_90 image; cp.async otherwise. Measured on
+// the H200 (docs/kvcache.md, "TMA loads"): at batch 1 × 8k (an L2-resident call, one thread block per
+// SM) pages of 64 and 256 went from 0.86 to 1.05 × the contiguous call; at the other rows TMA and
+// cp.async are within 1.5 %; contiguous caches and pages of 16 read 1–3 % slower on TMA at some rows,
+// so they keep cp.async. A test or a benchmark may force either (testing::DecodeLoads).
+Status choose_loads(const KVCacheParams& p, const DeviceInfo& dev, const Instance& inst, int dtype, AttendLoads* loads) {
+  const testing::DecodeLoads asked = testing::decode_loads();
+  if (asked == testing::DecodeLoads::tma) {
+    *loads = AttendLoads::tma;
+    FLASHATTN_TRY(tma_fits(p, dev));
+    return inst.check[dtype](p.is_paged(), *loads);
+  }
+  *loads = AttendLoads::cp_async;
+  if (asked == testing::DecodeLoads::automatic && p.is_paged() && p.page_size % kBlockN == 0 && tma_fits(p, dev).ok() &&
+      inst.check[dtype](true, AttendLoads::tma).ok()) {
+    *loads = AttendLoads::tma;
+    return Status::success();
+  }
+  return inst.check[dtype](p.is_paged(), *loads);
 }
 
 Status check_sizes(const KVCacheParams& p) {
@@ -195,7 +258,7 @@ Status plan_kvcache(const KVCacheParams& p, Plan* plan) {
     const Layout layout = forward_route_layout(p, route);
     plan->workspace_bytes = layout.bytes;
     plan->workspace_alignment = std::max<std::size_t>(16, route.workspace_alignment);
-    plan->set(PlanDetail{nullptr, 1, layout, route});
+    plan->set(PlanDetail{nullptr, AttendLoads::cp_async, 1, layout, route});
     return Status::success();
   }
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
@@ -216,12 +279,13 @@ Status plan_kvcache(const KVCacheParams& p, Plan* plan) {
   FLASHATTN_TRY(check_sizes(p));
   FLASHATTN_TRY(check_layout(p));
   const int i = dtype_index(p.dtype);
-  FLASHATTN_TRY(inst->check[i](p.is_paged()));
-  const int splits = choose_splits(p, dev, *inst);
+  AttendLoads loads;
+  FLASHATTN_TRY(choose_loads(p, dev, *inst, i, &loads));
+  const int splits = choose_splits(p, dev, *inst, loads);
   const Layout layout = workspace_layout(p, splits);
   plan->workspace_bytes = layout.bytes;
   plan->workspace_alignment = layout.bytes > 0 ? 16 : 1;  // the kernels store 16-byte vectors into it
-  plan->set(PlanDetail{inst->run[i], splits, layout, {}});
+  plan->set(PlanDetail{inst->run[i], loads, splits, layout, {}});
   return Status::success();
 }
 
@@ -353,12 +417,17 @@ Status run_kvcache(const Plan& plan, const KVCacheParams& p) {
                              stream);
   }
   AttendParams a = attend_params(p, d, q);
-  if (d.num_splits == 1) return d.run(a, p.is_paged(), stream);
+  AttendMaps maps;
+  if (d.loads == AttendLoads::tma) {
+    FLASHATTN_TRY(sm90::make_tile_map(&maps.k, p.dtype, cache_map_spec(p, false), kWho));
+    FLASHATTN_TRY(sm90::make_tile_map(&maps.v, p.dtype, cache_map_spec(p, true), kWho));
+  }
+  if (d.num_splits == 1) return d.run(a, p.is_paged(), d.loads, &maps, stream);
   a.out = nullptr;
   a.lse = nullptr;
   a.partial_lse = reinterpret_cast<float*>(workspace + d.layout.partial_lse);
   a.partial_out = reinterpret_cast<float*>(workspace + d.layout.partial_out);
-  FLASHATTN_TRY(d.run(a, p.is_paged(), stream));
+  FLASHATTN_TRY(d.run(a, p.is_paged(), d.loads, &maps, stream));
   return combine(p, a.partial_out, a.partial_lse, d.num_splits, stream);
 }
 

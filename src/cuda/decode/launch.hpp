@@ -3,6 +3,7 @@
 // attend_instance.cu.in → attend_launch.cuh) and the split combine (combine.cu).
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -82,14 +83,26 @@ Status launch_rotate_q(const RotateQParams& p, DType dtype, cudaStream_t stream)
 Status launch_combine(const CombineParams& p, DType dtype, cudaStream_t stream);
 Status launch_sequence_index(const SequenceIndexParams& p, cudaStream_t stream);
 
-// One attention instance (Tag, D): launch on a grid of (num_splits, num_m_blocks·heads_kv, batch).
-using AttendRunFn = Status (*)(const AttendParams& p, bool paged, cudaStream_t stream);
-// Whether the instance runs on the current GPU (an image for it, its shared memory).
-using AttendCheckFn = Status (*)(bool paged);
+// How the attention kernel moves K/V into shared memory (attend_kernel.cuh): cp.async chunks (every
+// arch) or TMA boxes of the caches' tensor maps (sm_90 images only; DecodeTraits::kTma).
+enum class AttendLoads { cp_async = 0, tma = 1 };
+
+// The caches' tensor maps of a TMA call (family.cu builds them; attend_kernel.cuh's CacheMaps).
+struct AttendMaps {
+  CUtensorMap k, v;
+};
+
+// One attention instance (Tag, D): launch on a grid of (num_splits, num_m_blocks·heads_kv, batch);
+// `maps` only with TMA loads.
+using AttendRunFn = Status (*)(const AttendParams& p, bool paged, AttendLoads loads, const AttendMaps* maps,
+                               cudaStream_t stream);
+// Whether the instance runs on the current GPU (an image for it, its shared memory; TMA: an sm_90
+// image).
+using AttendCheckFn = Status (*)(bool paged, AttendLoads loads);
 
 template <class Tag, int kHeadDim>
-Status attend_run(const AttendParams& p, bool paged, cudaStream_t stream);
+Status attend_run(const AttendParams& p, bool paged, AttendLoads loads, const AttendMaps* maps, cudaStream_t stream);
 template <class Tag, int kHeadDim>
-Status attend_device_check(bool paged);
+Status attend_device_check(bool paged, AttendLoads loads);
 
 }  // namespace flashattn::cuda::decode

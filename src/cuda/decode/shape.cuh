@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/ptx/mma.cuh"
 #include "cuda/sm80/smem_tile.cuh"
@@ -26,15 +27,23 @@ struct DecodeShape {
 // slower contiguous and up to 40 % slower paged than 3 (two blocks per SM).
 constexpr DecodeShape decode_shape(int head_dim) { return head_dim <= 128 ? DecodeShape{64, 3} : DecodeShape{64, 2}; }
 
-template <class Tag_, int kHeadDim_, bool kPaged_>
+// kTma (sm_90): the K/V blocks arrive by the copy engine, in 64-column boxes of the cache's tensor map
+// (a contiguous block: one box per panel and side; a paged block: one per page and panel) into
+// 128-byte-swizzled panel tiles, issued by a fifth warp (the producer) and handed to the four
+// attending warps through full/empty mbarriers per stage. Else cp.async: every thread copies 16-byte
+// chunks of several rows into swizzled tiles.
+template <class Tag_, int kHeadDim_, bool kPaged_, bool kTma_ = false>
 struct DecodeTraits {
   using Tag = Tag_;
   static constexpr int kHeadDim = kHeadDim_;  // instance head dim D (d ≤ D runs here, zero-filled)
   static constexpr bool kPaged = kPaged_;     // block-table pages, else one contiguous row per sequence
+  static constexpr bool kTma = kTma_;
   static constexpr DecodeShape kShape = decode_shape(kHeadDim);
 
-  static constexpr int kWarps = 4;
+  static constexpr int kWarps = 4;                 // the warps that attend (consumers, with TMA)
   static constexpr int kThreads = 32 * kWarps;
+  // TMA: one more warp, the producer, issues the K/V loads (attend_kernel.cuh's attend_keys_tma).
+  static constexpr int kLaunchThreads = kThreads + (kTma ? 32 : 0);
   static constexpr int kBlockM = 16;                    // packed query rows per thread block
   static constexpr int kBlockN = kShape.block_n;        // keys per K/V block
   static constexpr int kKeysPerWarp = kBlockN / kWarps; // one warp's slice of a key block
@@ -46,7 +55,7 @@ struct DecodeTraits {
   static_assert(kKeysPerWarp % 16 == 0, "a warp's keys are whole 16-key mma k-steps of P·V");
 
   using QTile = SmemTile<kBlockM, kHeadDim>;
-  using KVTile = SmemTile<kBlockN, kHeadDim>;
+  using KVTile = std::conditional_t<kTma, PanelSmemTile<kBlockN, kHeadDim>, SmemTile<kBlockN, kHeadDim>>;
   // A K/V block load: thread t moves chunk column t % kChunksPerRow of rows t / kChunksPerRow + i·kLoadRowStep.
   static constexpr int kLoadRowStep = kThreads / KVTile::kChunksPerRow;
   static constexpr int kLoadRows = kBlockN / kLoadRowStep;
@@ -57,18 +66,28 @@ struct DecodeTraits {
   // t % kBlockN of side t / kBlockN; a loading thread reads its kLoadRows rows as consecutive words.
   // And the block-table entries those offsets come from, copied in (cp.async) kStages − 1 blocks
   // before they are staged: a ring of kStages blocks of one int32 per row and side.
-  static constexpr std::size_t kRowOffsetsBytes = kPaged ? std::size_t{kStages} * 2 * kBlockN * sizeof(int64_t) : 0;
-  static constexpr std::size_t kEntriesBytes = kPaged ? std::size_t{kStages} * 2 * kBlockN * sizeof(int32_t) : 0;
-  static_assert(!kPaged || kThreads == 2 * kBlockN, "one thread per row and side stages the row offsets");
+  static constexpr bool kStagedOffsets = kPaged && !kTma;
+  static constexpr std::size_t kRowOffsetsBytes = kStagedOffsets ? std::size_t{kStages} * 2 * kBlockN * sizeof(int64_t) : 0;
+  static constexpr std::size_t kEntriesBytes = kStagedOffsets ? std::size_t{kStages} * 2 * kBlockN * sizeof(int32_t) : 0;
+  static_assert(!kStagedOffsets || kThreads == 2 * kBlockN, "one thread per row and side stages the row offsets");
+  // TMA: two mbarriers per stage, full (the producer arrives, the boxes count their bytes) and empty
+  // (every attending thread arrives once it has read the stage).
+  static constexpr std::size_t kBarriersBytes = kTma ? std::size_t{kStages} * 2 * 8 : 0;
+  // TMA: the K/V panels must start at multiples of 1024 bytes (the swizzle atom); the kernel rounds
+  // the dynamic shared memory's base up, which may take up to this much more.
+  static constexpr std::size_t kAlignSlack = kTma ? 1024 : 0;
 
-  // Shared storage: Q | K stages | V stages | row offsets | table entries (paged). After the key loop the K/V stages
-  // hold the warps' fp32 partial outputs and row statistics for the merge (kMergeBytes ≤ their size).
+  // Shared storage: Q | K stages | V stages | row offsets | table entries (paged, cp.async) | stage
+  // mbarriers (TMA). After the key loop the K/V stages hold the warps' fp32 partial outputs and row
+  // statistics for the merge (kMergeBytes ≤ their size).
   static constexpr uint32_t kQOffset = 0;
   static constexpr uint32_t kKOffset = kQOffset + QTile::kBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * KVTile::kBytes;
   static constexpr uint32_t kRowOffsetsOffset = kVOffset + kStages * KVTile::kBytes;
   static constexpr uint32_t kEntriesOffset = kRowOffsetsOffset + kRowOffsetsBytes;
-  static constexpr std::size_t kSmemBytes = kEntriesOffset + kEntriesBytes;
+  static constexpr uint32_t kBarriersOffset = (kEntriesOffset + kEntriesBytes + 7) / 8 * 8;
+  static constexpr std::size_t kSmemBytes = kBarriersOffset + kBarriersBytes + kAlignSlack;
+  static_assert(!kTma || kKOffset % 1024 == 0, "K/V panels at multiples of 1024 bytes");
   static constexpr std::size_t kMergeOutBytes = std::size_t{kWarps} * kBlockM * kHeadDim * 4;
   static constexpr std::size_t kMergeBytes = kMergeOutBytes + 2 * std::size_t{kWarps} * kBlockM * 4;
   static_assert(kMergeBytes <= 2 * kStages * KVTile::kBytes, "the merge fits in the K/V stages");

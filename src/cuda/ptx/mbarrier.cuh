@@ -13,6 +13,9 @@
 //   mbarrier_arrive_expect_tx(bar, bytes): adds `bytes` to the phase's expected transaction bytes,
 //       then arrives — one atomic step, so issue it before the copies whose completion it
 //       expects (TMA's complete_tx subtracts each box's full size, out-of-bounds part included).
+//   mbarrier_expect_tx(bar, bytes): adds `bytes` to the phase's expected transaction bytes without
+//       arriving (several threads may each expect their own copies' bytes; the phase's arrival must
+//       then come after all of them, e.g. behind a __syncwarp).
 //   mbarrier_try_wait(bar, parity): `parity` names the current phase (false until it completes)
 //       or the one before it (complete: true at once) — so a producer that waits on a fresh
 //       "stage is empty" barrier starts with parity 1 and passes. May suspend the thread a while
@@ -56,6 +59,14 @@ __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
 #if FLASHATTN_PTX_SM90
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#else
+  FLASHATTN_PTX_UNSUPPORTED("the sm_90 mbarrier forms need sm_90");
+#endif
+}
+
+__device__ __forceinline__ void mbarrier_expect_tx(uint32_t bar, uint32_t bytes) {
+#if FLASHATTN_PTX_SM90
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 #else
   FLASHATTN_PTX_UNSUPPORTED("the sm_90 mbarrier forms need sm_90");
 #endif

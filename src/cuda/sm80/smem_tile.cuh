@@ -47,4 +47,30 @@ struct SmemTile {
   }
 };
 
+// The same tile as the copy engine (TMA) writes it with the 128-byte swizzle (ptx/swizzle.hpp): in
+// column panels of 64 elements, panel after panel ([panel][row][128 bytes]), chunk c of a row at
+// c ^ (row % 8) within its panel. One TMA box of 64 columns fills a panel's rows; the pattern is that
+// of SmemTile within a panel, so ldmatrix is conflict-free the same way. The tile must start at a
+// multiple of 1024 bytes. Same interface as SmemTile (kRowBytes: the row pitch within a panel).
+template <int kRows_, int kCols_>
+struct PanelSmemTile {
+  static constexpr int kRows = kRows_;
+  static constexpr int kCols = kCols_;
+  static constexpr int kChunksPerRow = kCols / kChunkElems;
+  static constexpr int kPanelChunks = 8;  // 128 bytes
+  static constexpr int kRowBytes = kPanelChunks * kChunkBytes;
+  static constexpr int kPanelBytes = kRows * kRowBytes;
+  static constexpr int kBytes = kRows * kCols * 2;
+  static_assert(kChunksPerRow % kPanelChunks == 0, "whole 64-column panels");
+  static_assert(kRows % 8 == 0, "tiles hold whole 8-row swizzle periods");
+  FLASHATTN_HD static constexpr int swizzle(int row) { return row & 7; }
+  FLASHATTN_HD static constexpr uint32_t chunk_offset(int row, int chunk) {
+    return static_cast<uint32_t>((chunk / kPanelChunks) * kPanelBytes + row * kRowBytes +
+                                 ((chunk % kPanelChunks) ^ swizzle(row)) * kChunkBytes);
+  }
+  FLASHATTN_HD static constexpr uint32_t elem_offset(int row, int col) {
+    return chunk_offset(row, col / kChunkElems) + static_cast<uint32_t>(col % kChunkElems) * 2;
+  }
+};
+
 }  // namespace flashattn::cuda

@@ -47,7 +47,7 @@ struct LdsmAddr {
   // Address of (row_lane + row_delta, chunk_lane + chunk_delta), plus `extra` bytes (a stage).
   __device__ __forceinline__ uint32_t at(int row_delta, int chunk_delta, uint32_t extra = 0) const {
     return base[(chunk_delta & kLowMask) / 2] + extra +
-           static_cast<uint32_t>((row_delta * Tile::kChunksPerRow + (chunk_delta & ~kLowMask)) * kChunkBytes);
+           static_cast<uint32_t>(row_delta * Tile::kRowBytes) + Tile::chunk_offset(0, chunk_delta & ~kLowMask);
   }
 };
 

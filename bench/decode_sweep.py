@@ -3,7 +3,7 @@ decode rows of BENCHMARK.md (bf16, GQA 32/8, hdim 128, one query token), contigu
 like bench_gpu.py's decode part (a CUDA graph of 20 calls, median of replays). A tool for choosing the
 split heuristic (src/cuda/decode/family.cu), not a record.
 
-    python3 bench/decode_sweep.py [--splits 0,8,16,32,64,128] [--pages 0,16] [--page-order shuffled]
+    python3 bench/decode_sweep.py [--splits 0,8,16,32,64,128] [--pages 0,16] [--page-order shuffled] [--loads auto]
 
 --page-order sequential gives each sequence consecutive pool pages (the contiguous cache's bytes in
 the same order): against shuffled it separates what scattered pages cost the memory system from
@@ -47,7 +47,10 @@ def main():
     ap.add_argument("--pages", default="0,16")
     ap.add_argument("--page-order", default="shuffled", choices=["shuffled", "sequential"])
     ap.add_argument("--shapes", default=None, help="batch:seqlen,... (default: the decode rows)")
+    ap.add_argument("--loads", default="auto", help="the decode kernel's K/V loads: auto, cp_async, tma "
+                    "(flashattn._C.set_decode_loads)")
     args = ap.parse_args()
+    flashattn._C.set_decode_loads(args.loads)
     shapes = SHAPES if args.shapes is None else [tuple(int(v) for v in x.split(":")) for x in args.shapes.split(",")]
     for page in [int(x) for x in args.pages.split(",")]:
         for batch, length in shapes:
@@ -62,7 +65,7 @@ def main():
                 one_ms = graph_timed(fn)
                 ms = statistics.median(one_ms() for _ in range(9))
                 cells.append(f"{splits}:{gbytes / ms:.2f}")
-            print(f"{args.page_order if page else 'contiguous':10s} page {page:3d} batch {batch:3d} L {length:6d}  TB/s by splits  " + "  ".join(cells), flush=True)
+            print(f"{args.loads:8s} {args.page_order if page else 'contiguous':10s} page {page:3d} batch {batch:3d} L {length:6d}  TB/s by splits  " + "  ".join(cells), flush=True)
             del kc, vc, table
 
 

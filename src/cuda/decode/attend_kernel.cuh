@@ -146,7 +146,7 @@ struct PagedRowOffsets {
 
 // TMA loads (Traits::kTma, sm_90): the producer warp moves each key block with the copy engine, in
 // boxes of 64 columns of the caches' tensor maps (CacheMaps), into 128-byte-swizzled panels
-// (PanelSmemTile), counted on the stage's mbarrier. A contiguous cache: one box of kBlockN rows per
+// (PanelSmemTile), counted on the stage's full mbarrier. A contiguous cache: one box of kBlockN rows per
 // panel and side, at (column, kv head, first key + block start, cache row). A paged cache: one box of
 // box_rows = min(page size, kBlockN) rows per page, panel and side, at (column, kv head, row within
 // the page, page), lane j issuing the block's j-th box. The table entries wait in the producer's
@@ -169,7 +169,7 @@ struct TmaBlocks {
   static constexpr int kPanels = KVTile::kChunksPerRow / KVTile::kPanelChunks;
   CacheMaps maps;
   uint32_t k_tile, v_tile;  // stage 0
-  uint32_t bars;            // stage 0's mbarrier (stage s: + 8·s)
+  uint32_t bars;            // stage 0's full mbarrier (stage s: + 8·s; the kStages empty ones follow)
   int h_kv;
   int row0, cache_row;      // contiguous: the sequence's first key's row and its cache row
   PagedRows pages;          // paged: the sequence's table row (its addressing fields unused)

@@ -146,8 +146,8 @@ struct PagedRowOffsets {
 
 // TMA loads (Traits::kTma, sm_90): the producer warp moves each key block with the copy engine, in
 // boxes of 64 columns of the caches' tensor maps (CacheMaps), into 128-byte-swizzled panels
-// (PanelSmemTile), counted on the stage's full mbarrier. A contiguous cache: one box of kBlockN rows per
-// panel and side, at (column, kv head, first key + block start, cache row). A paged cache: one box of
+// (PanelSmemTile), counted on the stage's full mbarrier. A contiguous cache: one box of kBlockN
+// rows per panel and side, at (column, kv head, first key + block start, cache row). A paged cache: one box of
 // box_rows = min(page size, kBlockN) rows per page, panel and side, at (column, kv head, row within
 // the page, page), lane j issuing the block's j-th box. The table entries wait in the producer's
 // registers, a window of 32 boxes per lane pair (current, next): the next window is read when the

@@ -143,16 +143,20 @@ INSTANTIATE_TEST_SUITE_P(All, KVCache, ::testing::Combine(::testing::ValuesIn(al
 // express the call (not cache_leftpad, not a num_splits asked of the decode kernel): the route's
 // sequence index, its one-page tables over a contiguous cache and its strides, at every shape.
 namespace knobs = flashattn::testing;
-class RouteForced {
+// A test knob set for one scope and restored after it.
+template <class Value, Value (*kGet)(), void (*kSet)(Value)>
+class KnobForced {
  public:
-  explicit RouteForced(knobs::KVCacheRoute r) : before_(knobs::kvcache_route()) { knobs::set_kvcache_route(r); }
-  ~RouteForced() { knobs::set_kvcache_route(before_); }
-  RouteForced(const RouteForced&) = delete;
-  RouteForced& operator=(const RouteForced&) = delete;
+  explicit KnobForced(Value v) : before_(kGet()) { kSet(v); }
+  ~KnobForced() { kSet(before_); }
+  KnobForced(const KnobForced&) = delete;
+  KnobForced& operator=(const KnobForced&) = delete;
 
  private:
-  knobs::KVCacheRoute before_;
+  Value before_;
 };
+using RouteForced = KnobForced<knobs::KVCacheRoute, knobs::kvcache_route, knobs::set_kvcache_route>;
+using LoadsForced = KnobForced<knobs::DecodeLoads, knobs::decode_loads, knobs::set_decode_loads>;
 
 class KVCacheForwardRoute : public ::testing::TestWithParam<Param> {
  protected:
@@ -186,17 +190,6 @@ TEST_P(KVCacheForwardRoute, DecodeKernelStillTakesLongQueries) {
 
 // Every case again on the decode kernel with TMA K/V loads (sm_90; the route forced off so long
 // queries stay on the kernel). Skipped where the GPU, the build or the cache's layout has none.
-class LoadsForced {
- public:
-  explicit LoadsForced(knobs::DecodeLoads l) : before_(knobs::decode_loads()) { knobs::set_decode_loads(l); }
-  ~LoadsForced() { knobs::set_decode_loads(before_); }
-  LoadsForced(const LoadsForced&) = delete;
-  LoadsForced& operator=(const LoadsForced&) = delete;
-
- private:
-  knobs::DecodeLoads before_;
-};
-
 class KVCacheTmaLoads : public ::testing::TestWithParam<KVCase> {};
 
 TEST_P(KVCacheTmaLoads, MatchesReference) {

@@ -5,6 +5,10 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstddef>
+#include <string>
+#include <utility>
+
 #include "backend/testing.hpp"
 #include "flashattn/flashattn.hpp"
 #include "torch_ops.hpp"
@@ -14,32 +18,32 @@ using namespace nb::literals;
 
 namespace {
 
-// The decode family's KV-cache route (backend/testing.hpp) by name: "auto", "forward", "decode".
-void set_kvcache_route(const std::string& route) {
-  using flashattn::testing::KVCacheRoute;
-  if (route == "auto") {
-    flashattn::testing::set_kvcache_route(KVCacheRoute::automatic);
-  } else if (route == "forward") {
-    flashattn::testing::set_kvcache_route(KVCacheRoute::forward);
-  } else if (route == "decode") {
-    flashattn::testing::set_kvcache_route(KVCacheRoute::decode);
-  } else {
-    throw nb::value_error(("route: \"" + route + "\" is not one of \"auto\", \"forward\", \"decode\"").c_str());
+// A test knob's value by name (backend/testing.hpp): `choices` pairs each name with its value; any
+// other name is a ValueError that names `what` and the choices.
+template <class Value, std::size_t N>
+Value knob_value(const char* what, const std::string& name, const std::pair<const char*, Value> (&choices)[N]) {
+  std::string names;
+  for (const auto& [choice, value] : choices) {
+    if (name == choice) return value;
+    names += std::string(names.empty() ? "" : ", ") + "\"" + choice + "\"";
   }
+  throw nb::value_error((std::string(what) + ": \"" + name + "\" is not one of " + names).c_str());
 }
 
-// How the GPU decode kernel loads K/V (backend/testing.hpp) by name: "auto", "cp_async", "tma".
+// The decode family's KV-cache route by name: "auto", "forward", "decode".
+void set_kvcache_route(const std::string& route) {
+  using flashattn::testing::KVCacheRoute;
+  static const std::pair<const char*, KVCacheRoute> kChoices[] = {
+      {"auto", KVCacheRoute::automatic}, {"forward", KVCacheRoute::forward}, {"decode", KVCacheRoute::decode}};
+  flashattn::testing::set_kvcache_route(knob_value("route", route, kChoices));
+}
+
+// How the GPU decode kernel loads K/V by name: "auto", "cp_async", "tma".
 void set_decode_loads(const std::string& loads) {
   using flashattn::testing::DecodeLoads;
-  if (loads == "auto") {
-    flashattn::testing::set_decode_loads(DecodeLoads::automatic);
-  } else if (loads == "cp_async") {
-    flashattn::testing::set_decode_loads(DecodeLoads::cp_async);
-  } else if (loads == "tma") {
-    flashattn::testing::set_decode_loads(DecodeLoads::tma);
-  } else {
-    throw nb::value_error(("loads: \"" + loads + "\" is not one of \"auto\", \"cp_async\", \"tma\"").c_str());
-  }
+  static const std::pair<const char*, DecodeLoads> kChoices[] = {
+      {"auto", DecodeLoads::automatic}, {"cp_async", DecodeLoads::cp_async}, {"tma", DecodeLoads::tma}};
+  flashattn::testing::set_decode_loads(knob_value("loads", loads, kChoices));
 }
 
 }  // namespace

@@ -294,6 +294,12 @@ def test_set_kvcache_route_names_its_choices():
         flashattn._C.set_kvcache_route("fastest")
 
 
+def test_set_decode_loads_names_its_choices():
+    with pytest.raises(ValueError, match='loads: "bulk" is not one of "auto", "cp_async", "tma"'):
+        flashattn._C.set_decode_loads("bulk")
+    flashattn._C.set_decode_loads("auto")
+
+
 def test_paged_equals_contiguous_bitwise():
     torch.manual_seed(0)
     batch, capacity, heads_kv, d = 2, 48, 2, 64

@@ -205,8 +205,9 @@ Status choose_loads(const KVCacheParams& p, const DeviceInfo& dev, const Instanc
     return inst.check[dtype](p.is_paged(), *loads);
   }
   *loads = AttendLoads::cp_async;
-  if (asked == testing::DecodeLoads::automatic && p.is_paged() && p.page_size % kBlockN == 0 && tma_fits(p, dev).ok() &&
-      inst.check[dtype](true, AttendLoads::tma).ok()) {
+  // The cheap tests first: a call that cannot take TMA builds no Status message per call.
+  if (asked == testing::DecodeLoads::automatic && dev.cc_major >= 9 && p.is_paged() && p.page_size % kBlockN == 0 &&
+      tma_fits(p, dev).ok() && inst.check[dtype](true, AttendLoads::tma).ok()) {
     *loads = AttendLoads::tma;
     return Status::success();
   }

@@ -80,6 +80,11 @@ std::vector<Case> gqa_cases() {
   v.push_back(Case::padded(2, 90, 60, 64, 1, 128).with(DType::f16).window(30, 10).layout(Strides::permuted));
   v.push_back(Case::varlen({70, 0, 130}, {90, 40, 0}, 16, 1, 128).with(DType::f16).causal_mask());
   v.push_back(Case::varlen({0, 33, 81}, {20, 0, 64}, 64, 1, 64).with(DType::bf16));
+  // MQA at batch 1 under a mask: on a real GPU the sm80 backward runs every key block as parts
+  // (bwd_plan.cu's split_long_blocks; causal, a window, and hdim 256's other grid order).
+  v.push_back(Case::padded(1, 2048, 2048, 16, 1, 128).with(DType::bf16).causal_mask().sample(48, 48));
+  v.push_back(Case::padded(1, 1500, 1700, 8, 1, 64).with(DType::f16).window(300, 0).sample(48, 48));
+  v.push_back(Case::padded(1, 1200, 1100, 8, 1, 256).with(DType::bf16).causal_mask().sample(48, 48));
   return v;
 }
 

@@ -18,8 +18,9 @@
 // the top barrier and land during this block's math. Single-buffered (stages = 1): dO, LSE, D
 // reload after dV (one more barrier), Q after dK (one more).
 //
-// Split tail (bwd_params.cuh): the grid's last, partial wave runs as parts of blocks, in a second
-// kernel with the same body (bwd_tail_kernel, at the end of this file).
+// Split (bwd_params.cuh): the grid's last, partial wave, or under a mask every block of a grid whose
+// longest block outlasts an SM's share, runs as parts of blocks, in a second kernel with the same
+// body (bwd_tail_kernel, at the end of this file).
 //
 // Deterministic mode (a fixed order of the dQ additions per query tile): bwd_dq.cuh.
 //

@@ -10,12 +10,14 @@
 //                                      each query block's dQ so far
 //   tail_dkv  [split_tail][2][block_n][head_dim]  split tail (below): the parts' dK·scale and dV sums
 //   tail_done [split_tail]             split tail: parts finished, per split key block
-// Split tail: when the grid's last wave would leave most SMs idle (blocks mod SMs = split_tail),
-// the last split_tail blocks each run as split_parts blocks over consecutive ranges of their
-// loop steps; the parts add dK, dV into tail_dkv and the last part to finish writes them. Blocks
-// [0, split_first) run whole (the main kernel's grid), the parts are a second kernel's grid,
-// launched as a programmatic dependent of the first (bwd_kernel.cuh). Both tail buffers are
-// zeroed by the preprocess kernel, which runs before the main kernel.
+// Split: blocks [split_first, split_first + split_tail) each run as split_parts blocks over
+// consecutive ranges of their loop steps; the parts add dK, dV into tail_dkv and the last part to
+// finish writes them. The plan (bwd_plan.cu) splits either the grid's last, partial wave (no mask:
+// blocks mod SMs = split_tail) or, under a mask, every block (split_first = 0) when the longest
+// block is longer than an SM's share of all steps (MQA at batch 1). Blocks [0, split_first) run
+// whole (the main kernel's grid), the parts are a second kernel's grid, launched as a programmatic
+// dependent of the first (bwd_kernel.cuh) when there is one. Both tail buffers are zeroed by the
+// preprocess kernel, which runs before the main kernel.
 // Sequence b's query rows start at ws_row_start(b), a multiple of block_m, and own
 // ceil(seqlen_q(b) / block_m) · block_m rows, so every query tile is whole and 16-byte aligned:
 //   padded batch: ws_row_start(b) = b · ceil(seqlen_q / block_m) · block_m,  R = that · batch
@@ -77,7 +79,7 @@ struct BwdKernelParams {
   int num_m_blocks = 0;    // ceil(seqlen_q / block_m), of the longest sequence
   int num_n_blocks = 0;    // ceil(seqlen_k / block_n), likewise
   int split_first = 0;     // blocks before it run whole; = the block count when nothing is split
-  int split_tail = 0;      // blocks after it, split; 0 when nothing is split
+  int split_tail = 0;      // blocks from it on, split; 0 when nothing is split
   int split_parts = 1;     // parts per split block
   float* tail_dkv = nullptr;
   int32_t* tail_done = nullptr;

@@ -20,32 +20,29 @@
 namespace flashattn::cuda::sm80 {
 namespace {
 
-// The split tail (bwd_params.cuh): a grid of B whole blocks on P multiprocessors ends with a wave of
-// B mod P blocks that leaves the other SMs idle for a whole block's time (measured on the H200,
-// s 16384 against 16896, whose grids are whole waves: 3 % of the backward at hdim 64, 128 and 256).
-// Splitting each of those tail blocks into k parts over its loop steps shortens that wave to about
-// ceil(tail·k / P) rounds of steps/k steps, plus each part's own prologue and fp32 dK/dV reduction,
-// counted as 2 steps. k minimizes that (at most 64, at most the block's steps). Only where every
-// block has the same steps — no mask, no varlen — and outside deterministic mode (the parts' dK/dV
-// additions race, as dQ's do); only for tiles with split_tail and scores of constant slope
-// (scores.cuh's score_slope_varies; the conditions under which bwd_tail_kernel is compiled).
+// The split (bwd_params.cuh): blocks run as k parts over consecutive ranges of their loop steps, in
+// a second kernel; the parts add dK·scale and dV into fp32 sums, and each part costs its own
+// prologue and reduction, counted as kPartOverheadSteps steps. Outside deterministic mode only (the
+// parts' dK/dV additions race, as dQ's do), for tiles with split_tail and scores of constant slope
+// (scores.cuh's score_slope_varies; the conditions under which bwd_tail_kernel is compiled), and not
+// for varlen (the host does not know the lengths).
 struct BwdSplit {
   int first = 0, parts = 1, tail = 0;
 };
 
-BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms) {
-  const int64_t blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n * p.heads_kv * p.batch;
+constexpr int64_t kPartOverheadSteps = 2, kMaxParts = 64;
+
+// Without a mask every block walks the same steps. A grid of B such blocks on P multiprocessors ends
+// with a wave of B mod P blocks that leaves the other SMs idle for a whole block's time (measured on
+// the H200, s 16384 against 16896, whose grids are whole waves: 3 % of the backward at hdim 64, 128
+// and 256). Splitting each of those last blocks into k parts shortens that wave to about
+// ceil(tail·k / P) rounds of steps/k steps plus the parts' overhead; k minimizes that.
+BwdSplit split_last_wave(const BwdParams& p, const BwdTile& tile, int num_sms, int64_t blocks) {
   BwdSplit s;
   s.first = static_cast<int>(blocks);
   const int64_t steps = (p.seqlen_q + tile.block_m - 1) / tile.block_m * p.group_size();
-  const bool slope_varies = score_slope_varies(make_score_transform(p.options));
-  if (!tile.split_tail || slope_varies || num_sms <= 1 || p.deterministic || p.is_varlen() || mask_of(p.options).has_mask() ||
-      steps < 2 || blocks > INT_MAX / 2) {
-    return s;
-  }
   const int64_t tail = blocks % num_sms;
-  if (tail == 0) return s;
-  constexpr int64_t kPartOverheadSteps = 2, kMaxParts = 64;
+  if (steps < 2 || tail == 0) return s;
   int64_t best_k = 1, best_cost = steps + kPartOverheadSteps;
   for (int64_t k = 2; k <= std::min(steps, kMaxParts); ++k) {
     const int64_t cost = (tail * k + num_sms - 1) / num_sms * ((steps + k - 1) / k + kPartOverheadSteps);
@@ -56,6 +53,54 @@ BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms) {
   s.parts = static_cast<int>(best_k);
   s.tail = static_cast<int>(tail);
   return s;
+}
+
+// Under a mask a block walks group · (the query blocks that see its key block) steps, which differ
+// by key block. When the longest block alone is longer than a multiprocessor's share of all the
+// steps, no order of whole blocks fills the GPU: with few kv heads and sequences (MQA or GQA at batch
+// 1) the first blocks run long after the others finish (MQA 32/1, batch 1, causal, 8k: at most a
+// quarter of the GPU busy on average). Then every block runs as k parts, k such that the longest
+// block's parts are about a quarter of that share (at least 16 overheads long), and the parts are
+// handed out in the grid's order (longest blocks first where the tile has that order). The model
+// (blocks to the SM that frees first, bench/bwd_schedule_sim.py --split) fills 0.93-0.99 of the GPU
+// there. The split sums need blocks · 2 · block_n · head_dim floats; splitting only happens when
+// blocks < 2 · P · (longest / mean), about 2 P under a causal mask and P under a window.
+BwdSplit split_long_blocks(const BwdParams& p, const BwdTile& tile, int num_sms, int64_t blocks) {
+  BwdSplit s;
+  s.first = static_cast<int>(blocks);
+  const Mask mask{static_cast<int>(p.seqlen_q), static_cast<int>(p.seqlen_k), clamp_window(p.options.window_left),
+                  clamp_window(p.options.window_right)};
+  const int num_n = static_cast<int>((p.seqlen_k + tile.block_n - 1) / tile.block_n);
+  int64_t steps = 0, longest = 0;
+  for (int n = 0; n < num_n; ++n) {
+    const int n0 = n * tile.block_n;
+    const int64_t chain =
+        int64_t{imax(0, mask.m_block_end(n0, tile.block_n, tile.block_m) - mask.m_block_begin(n0, tile.block_m))} *
+        p.group_size();
+    steps += chain;
+    longest = std::max(longest, chain);
+  }
+  steps *= p.heads_kv * p.batch;
+  if (longest * num_sms <= steps) return s;
+  const int64_t piece = std::max(steps / (4 * num_sms), 16 * kPartOverheadSteps);
+  const int64_t k = std::min((longest + piece - 1) / piece, kMaxParts);
+  if (k < 2 || blocks * k > INT_MAX) return s;
+  s.first = 0;
+  s.parts = static_cast<int>(k);
+  s.tail = static_cast<int>(blocks);
+  return s;
+}
+
+BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms) {
+  const int64_t blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n * p.heads_kv * p.batch;
+  const bool slope_varies = score_slope_varies(make_score_transform(p.options));
+  if (!tile.split_tail || slope_varies || num_sms <= 1 || p.deterministic || p.is_varlen() || blocks > INT_MAX / 2) {
+    BwdSplit s;
+    s.first = static_cast<int>(blocks);
+    return s;
+  }
+  return mask_of(p.options).has_mask() ? split_long_blocks(p, tile, num_sms, blocks)
+                                       : split_last_wave(p, tile, num_sms, blocks);
 }
 
 // The grid's order (scheduler.cuh's bwd_block_index): key blocks outer where a mask with edges makes

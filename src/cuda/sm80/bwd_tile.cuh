@@ -29,10 +29,12 @@ struct BwdTile {
   // of 2: half the reds. Measured per head dim (H200, docs/kernels-sm80-backward.md): +1–3 % at 256,
   // −0.5 % at 64, −5 % at 128 (where it also spills 8 B); the others keep .v2.
   bool wide_dq_reds = false;
-  // Split tail (bwd_params.cuh): the grid's last, partial wave runs as parts of blocks, in a
-  // second kernel (bwd_tail_kernel), compiled only where this is on and only for scores of
-  // constant slope (scores.cuh). Measured (H200, non-causal): hdim 64 +1…+3.4 %, 128 +0.5…+3.6 %
-  // (when the split code was in the main kernel), 256 +2.2…+2.7 % at 4k–16k (as its own kernel).
+  // Split (bwd_params.cuh): the grid's last, partial wave, or under a mask every block of a grid
+  // whose longest block outlasts an SM's share, runs as parts of blocks, in a second kernel
+  // (bwd_tail_kernel), compiled only where this is on and only for scores of constant slope
+  // (scores.cuh). Measured (H200, non-causal): hdim 64 +1…+3.4 %, 128 +0.5…+3.6 % (when the split
+  // code was in the main kernel), 256 +2.2…+2.7 % at 4k–16k (as its own kernel); causal MQA at
+  // batch 1: 2–11× (docs/kernels-sm80-backward.md).
   // Off at 96 and 192 (untimed; ptxas sm_90a spilled 72 B and 20 B with the split code in the main
   // kernel).
   bool split_tail = false;

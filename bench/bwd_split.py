@@ -1,0 +1,106 @@
+"""The sm80 backward on GQA/MQA shapes whose grids are few blocks of very different lengths (a few kv
+heads and sequences under a mask: MQA at batch 1), where the plan splits every block into parts
+(bwd_plan.cu's split_long_blocks). Per shape, interleaved in one process, CUDA events around each call
+(the GPU idle before it, as bench_gpu.py times):
+  <name>       fa_backward through ctypes of each --lib NAME=PATH given (workspace preallocated)
+  fa2          PyTorch's FlashAttention-2 backward called directly (aten._flash_attention_backward:
+               no autograd engine, so kernel against kernel with the C API rows)
+Prints TFLOP/s (backward = 2.5 x the forward's 4 * b * h * s^2 * d, halved for causal).
+
+  python3 bench/bwd_split.py --lib new=build/libflashattn_c.so --lib old=/tmp/old.so [--json out.json]
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_gpu import balanced_orders, rounded_reps  # noqa: E402
+from flashattn_ctypes import FlashAttn  # noqa: E402
+
+# (batch, seqlen, heads, heads_kv, hdim, window (left, right)); window (-1, 0) is causal.
+SHAPES = (
+    (1, 2048, 32, 1, 128, (-1, 0)),
+    (1, 4096, 32, 1, 128, (-1, 0)),
+    (1, 8192, 32, 1, 128, (-1, 0)),
+    (1, 16384, 32, 1, 128, (-1, 0)),
+    (1, 32768, 32, 1, 128, (-1, 0)),
+    (2, 16384, 32, 1, 128, (-1, 0)),  # the benchmark's MQA 16k row
+    (1, 16384, 32, 2, 128, (-1, 0)),
+    (1, 8192, 28, 4, 128, (-1, 0)),
+    (1, 8192, 64, 8, 128, (-1, 0)),  # not split (many blocks): unchanged
+    (1, 8192, 32, 1, 64, (-1, 0)),
+    (1, 8192, 16, 1, 256, (-1, 0)),
+    (1, 8192, 32, 1, 128, (1024, 0)),  # sliding window
+)
+
+
+def timed(fn):
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    a.record()
+    fn()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b)
+
+
+def shape_ways(libs, batch, s, h, hk, d, window):
+    q, do = (torch.randn(batch, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(batch, s, hk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    causal = window == (-1, 0)
+    ways, keep = {}, []
+    first = next(iter(libs.values()))
+    out = torch.empty_like(q)
+    lse = torch.empty(batch, h, s, device="cuda", dtype=torch.float32)
+    first.forward(first.args(q, k, v, out, lse, causal=causal, window=(-1, -1) if causal else window))
+    for name, fa in libs.items():
+        g = [torch.empty_like(t) for t in (q, k, v)]
+        a = fa.args(q, k, v, out, lse, do, *g, causal=causal, window=(-1, -1) if causal else window)
+        keep += [a, g, fa.with_workspace(a, True, q.device)]
+        ways[name] = (lambda fa=fa, a=a: fa.backward(a))
+    if causal:  # PyTorch's entry has no sliding window
+        o2, lse2, rng, unused, _ = torch.ops.aten._flash_attention_forward(q, k, v, None, None, s, s, 0.0, True, False)
+        ways["fa2"] = lambda: torch.ops.aten._flash_attention_backward(do, q, k, v, o2, lse2, None, None, s, s, 0.0,
+                                                                       True, rng, unused)
+        keep += [o2, lse2]
+    return ways, keep, causal
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lib", action="append", required=True, metavar="NAME=PATH")
+    p.add_argument("--reps", type=int, default=12)
+    p.add_argument("--json", default=None)
+    a = p.parse_args()
+    libs = {n: FlashAttn(path) for n, path in (x.split("=", 1) for x in a.lib)}
+    rows = []
+    for batch, s, h, hk, d, window in SHAPES:
+        ways, keep, causal = shape_ways(libs, batch, s, h, hk, d, window)
+        for fn in ways.values():
+            fn()
+        names, orders = list(ways), balanced_orders(len(ways))
+        times = {n: [] for n in names}
+        for r in range(rounded_reps(a.reps, len(orders))):
+            for n in (names[i] for i in orders[r % len(orders)]):
+                times[n].append(timed(ways[n]))
+        visible = sum(min(s, i + 1 + window[1]) - max(0, i - window[0]) if window[0] >= 0 else
+                      min(s, i + 1 + window[1]) for i in range(s)) if window[1] >= 0 else s * s
+        flops = 2.5 * 4 * batch * h * visible * d
+        row = dict(batch=batch, seqlen=s, heads=h, heads_kv=hk, hdim=d, window=list(window))
+        for n, t in times.items():
+            ms = sorted(t)[len(t) // 2]
+            row[n] = round(flops / ms / 1e9, 1)
+        rows.append(row)
+        print(f"b{batch} s{s} {h}/{hk} d{d} window {window}: " +
+              "  ".join(f"{n} {row[n]}" for n in names), flush=True)
+        del keep, ways
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

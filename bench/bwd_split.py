@@ -34,6 +34,7 @@ SHAPES = (
     (1, 8192, 32, 1, 64, (-1, 0)),
     (1, 8192, 16, 1, 256, (-1, 0)),
     (1, 8192, 32, 1, 128, (1024, 0)),  # sliding window
+    ((8192, 4096), 8192, 32, 1, 128, (-1, 0)),  # varlen: two sequences packed (batch = the lengths, seqlen their maximum)
 )
 
 
@@ -48,22 +49,29 @@ def timed(fn):
 
 
 def shape_ways(libs, batch, s, h, hk, d, window):
-    q, do = (torch.randn(batch, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    k, v = (torch.randn(batch, s, hk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    """batch: a count, or a tuple of lengths for varlen (s is then their maximum)."""
+    varlen = isinstance(batch, tuple)
+    lead = (sum(batch),) if varlen else (batch, s)
+    q, do = (torch.randn(*lead, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(*lead, hk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    cu = None
+    if varlen:
+        cu = torch.tensor([0] + [sum(batch[:i + 1]) for i in range(len(batch))], device="cuda", dtype=torch.int32)
+    seq = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=s, max_seqlen_k=s) if varlen else {}
     causal = window == (-1, 0)
     ways, keep = {}, []
     first = next(iter(libs.values()))
     out = torch.empty_like(q)
-    lse = torch.empty(batch, h, s, device="cuda", dtype=torch.float32)
-    first.forward(first.args(q, k, v, out, lse, causal=causal, window=(-1, -1) if causal else window))
+    lse = torch.empty(*((h, sum(batch)) if varlen else (batch, h, s)), device="cuda", dtype=torch.float32)
+    first.forward(first.args(q, k, v, out, lse, causal=causal, window=(-1, -1) if causal else window, **seq))
     for name, fa in libs.items():
         g = [torch.empty_like(t) for t in (q, k, v)]
-        a = fa.args(q, k, v, out, lse, do, *g, causal=causal, window=(-1, -1) if causal else window)
+        a = fa.args(q, k, v, out, lse, do, *g, causal=causal, window=(-1, -1) if causal else window, **seq)
         keep += [a, g, fa.with_workspace(a, True, q.device)]
         ways[name] = (lambda fa=fa, a=a: fa.backward(a))
     if causal:  # PyTorch's entry has no sliding window
-        o2, lse2, rng, unused, _ = torch.ops.aten._flash_attention_forward(q, k, v, None, None, s, s, 0.0, True, False)
-        ways["fa2"] = lambda: torch.ops.aten._flash_attention_backward(do, q, k, v, o2, lse2, None, None, s, s, 0.0,
+        o2, lse2, rng, unused, _ = torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, s, s, 0.0, True, False)
+        ways["fa2"] = lambda: torch.ops.aten._flash_attention_backward(do, q, k, v, o2, lse2, cu, cu, s, s, 0.0,
                                                                        True, rng, unused)
         keep += [o2, lse2]
     return ways, keep, causal
@@ -86,9 +94,12 @@ def main():
         for r in range(rounded_reps(a.reps, len(orders))):
             for n in (names[i] for i in orders[r % len(orders)]):
                 times[n].append(timed(ways[n]))
-        visible = sum(min(s, i + 1 + window[1]) - max(0, i - window[0]) if window[0] >= 0 else
-                      min(s, i + 1 + window[1]) for i in range(s)) if window[1] >= 0 else s * s
-        flops = 2.5 * 4 * batch * h * visible * d
+        def visible(n):
+            if window[1] < 0:
+                return n * n
+            return sum(min(n, i + 1 + window[1]) - (max(0, i - window[0]) if window[0] >= 0 else 0) for i in range(n))
+        lengths = batch if isinstance(batch, tuple) else (s,) * batch
+        flops = 2.5 * 4 * h * d * sum(visible(n) for n in lengths)
         row = dict(batch=batch, seqlen=s, heads=h, heads_kv=hk, hdim=d, window=list(window))
         for n, t in times.items():
             ms = sorted(t)[len(t) // 2]

@@ -85,6 +85,7 @@ std::vector<Case> gqa_cases() {
   v.push_back(Case::padded(1, 2048, 2048, 16, 1, 128).with(DType::bf16).causal_mask().sample(48, 48));
   v.push_back(Case::padded(1, 1500, 1700, 8, 1, 64).with(DType::f16).window(300, 0).sample(48, 48));
   v.push_back(Case::padded(1, 1200, 1100, 8, 1, 256).with(DType::bf16).causal_mask().sample(48, 48));
+  v.push_back(Case::varlen({1500, 0, 700}, {1400, 30, 700}, 16, 1, 64).with(DType::bf16).causal_mask().sample(48, 48));
   return v;
 }
 

@@ -24,8 +24,7 @@ namespace {
 // a second kernel; the parts add dK·scale and dV into fp32 sums, and each part costs its own
 // prologue and reduction, counted as kPartOverheadSteps steps. Outside deterministic mode only (the
 // parts' dK/dV additions race, as dQ's do), for tiles with split_tail and scores of constant slope
-// (scores.cuh's score_slope_varies; the conditions under which bwd_tail_kernel is compiled), and not
-// for varlen (the host does not know the lengths).
+// (scores.cuh's score_slope_varies; the conditions under which bwd_tail_kernel is compiled).
 struct BwdSplit {
   int first = 0, parts = 1, tail = 0;
 };
@@ -42,7 +41,7 @@ BwdSplit split_last_wave(const BwdParams& p, const BwdTile& tile, int num_sms, i
   s.first = static_cast<int>(blocks);
   const int64_t steps = (p.seqlen_q + tile.block_m - 1) / tile.block_m * p.group_size();
   const int64_t tail = blocks % num_sms;
-  if (steps < 2 || tail == 0) return s;
+  if (steps < 2 || tail == 0 || p.is_varlen()) return s;  // varlen: blocks of unknown, unequal lengths
   int64_t best_k = 1, best_cost = steps + kPartOverheadSteps;
   for (int64_t k = 2; k <= std::min(steps, kMaxParts); ++k) {
     const int64_t cost = (tail * k + num_sms - 1) / num_sms * ((steps + k - 1) / k + kPartOverheadSteps);
@@ -64,7 +63,9 @@ BwdSplit split_last_wave(const BwdParams& p, const BwdTile& tile, int num_sms, i
 // handed out in the grid's order (longest blocks first where the tile has that order). The model
 // (blocks to the SM that frees first, bench/bwd_schedule_sim.py --split) fills 0.93-0.99 of the GPU
 // there. The split sums need blocks · 2 · block_n · head_dim floats; splitting only happens when
-// blocks < 2 · P · (longest / mean), about 2 P under a causal mask and P under a window.
+// blocks < 2 · P · (longest / mean), about 2 P under a causal mask and P under a window. Varlen: the
+// host knows only the longest lengths, so it counts every sequence at them; that overstates all the
+// steps, so where it splits, the real grid is chain-bound too (it may miss grids that are).
 BwdSplit split_long_blocks(const BwdParams& p, const BwdTile& tile, int num_sms, int64_t blocks) {
   BwdSplit s;
   s.first = static_cast<int>(blocks);
@@ -94,7 +95,7 @@ BwdSplit split_long_blocks(const BwdParams& p, const BwdTile& tile, int num_sms,
 BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms) {
   const int64_t blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n * p.heads_kv * p.batch;
   const bool slope_varies = score_slope_varies(make_score_transform(p.options));
-  if (!tile.split_tail || slope_varies || num_sms <= 1 || p.deterministic || p.is_varlen() || blocks > INT_MAX / 2) {
+  if (!tile.split_tail || slope_varies || num_sms <= 1 || p.deterministic || blocks > INT_MAX / 2) {
     BwdSplit s;
     s.first = static_cast<int>(blocks);
     return s;

@@ -6,6 +6,9 @@ interleaved, CUDA events around each call (GPU idle before, as the benchmark):
   bwd-op        torch.ops.flashattn.bwd called directly (the operator without autograd)
   autograd      torch.autograd.grad of flash_attn_func's output (what the benchmark's flashattn-py times)
   sdpa-flash    torch.autograd.grad of PyTorch's SDPA output, flash backend (the benchmark's torch-flash)
+  fa2-direct    PyTorch's FlashAttention-2 backward called directly (aten._flash_attention_backward:
+                no autograd engine), so that sdpa-flash - fa2-direct is the engine's cost for it as
+                autograd - bwd-op is for ours
 With --placement, which buffer's placement moves the kernels' own time (c-api against c-api+alloc):
   c-api+ws      the C API with the workspace allocated per call, dq/dk/dv reused
   c-api+outs    the C API with dq/dk/dv allocated per call, the workspace reused
@@ -64,6 +67,7 @@ def main():
         o_sdpa = torch.nn.functional.scaled_dot_product_attention(
             qg.transpose(1, 2), kg.transpose(1, 2), vg.transpose(1, 2), is_causal=a.causal, enable_gqa=hk != h)
     do_t = do.transpose(1, 2)
+    o2, lse2, rng, unused, _ = torch.ops.aten._flash_attention_forward(q, k, v, None, None, s, s, 0.0, a.causal, False)
     ways = {
         "c-api": lambda: fa.backward(args),
         "c-api+alloc": c_api_allocating(outputs=True, workspace=True),
@@ -71,6 +75,8 @@ def main():
                                    0 if a.causal else -1, 0.0, False),
         "autograd": lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True),
         "sdpa-flash": lambda: torch.autograd.grad(o_sdpa, (qg, kg, vg), do_t, retain_graph=True),
+        "fa2-direct": lambda: torch.ops.aten._flash_attention_backward(do, q, k, v, o2, lse2, None, None, s, s, 0.0,
+                                                                       a.causal, rng, unused),
     }
     if a.placement:
         again = [torch.empty_like(t) for t in (q, k, v)]

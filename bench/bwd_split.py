@@ -33,6 +33,8 @@ SHAPES = (
     (1, 8192, 64, 8, 128, (-1, 0)),  # not split (many blocks): unchanged
     (1, 8192, 32, 1, 64, (-1, 0)),
     (1, 8192, 16, 1, 256, (-1, 0)),
+    (1, 8192, 32, 1, 96, (-1, 0)),
+    (1, 8192, 16, 1, 192, (-1, 0)),
     (1, 8192, 32, 1, 128, (1024, 0)),  # sliding window
     ((8192, 4096), 8192, 32, 1, 128, (-1, 0)),  # varlen: two sequences packed (batch = the lengths, seqlen their maximum)
 )

@@ -35,8 +35,9 @@ struct BwdTile {
   // (scores.cuh). Measured (H200, non-causal): hdim 64 +1…+3.4 %, 128 +0.5…+3.6 % (when the split
   // code was in the main kernel), 256 +2.2…+2.7 % at 4k–16k (as its own kernel); causal MQA at
   // batch 1: 2–11× (docs/kernels-sm80-backward.md).
-  // Off at 96 and 192 (untimed; ptxas sm_90a spilled 72 B and 20 B with the split code in the main
-  // kernel).
+  // At 96 and 192 since 2026-12-04 (the split's kernel spills 64 B and 16 B there on sm_90a, the
+  // main kernels are untouched): non-causal +0.5…+2.8 % at 1k–16k, MQA at batch 1 causal 8k 3.8×
+  // (96) and 1.9× (192).
   bool split_tail = false;
 
   // Whether the grid may run key blocks outer (scheduler.cuh's bwd_block_index; the plan turns it
@@ -71,9 +72,9 @@ FLASHATTN_HD constexpr bool bwd_is_instance(int head_dim) {
 FLASHATTN_HD constexpr BwdTile bwd_tile(int head_dim, bool big_smem) {
   //                                d    bm   bn  wS wKV wQ stages remat_lane wide_dq_reds split_tail longest_first
   if (head_dim == 64) return BwdTile{64, 128, 128, 2, 4, 4, 2, false, false, true, true};
-  if (head_dim == 96) return BwdTile{96, 64, 128, 2, 4, 4, 2, false, false, false, false};
+  if (head_dim == 96) return BwdTile{96, 64, 128, 2, 4, 4, 2, false, false, true, false};
   if (head_dim == 128) return BwdTile{128, 64, 128, 2, 4, 2, 2, true, false, true, true};
-  if (head_dim == 192) return BwdTile{192, 64, 64, 4, 2, 2, 2, false, false, false, false};
+  if (head_dim == 192) return BwdTile{192, 64, 64, 4, 2, 2, 2, false, false, true, false};
   if (head_dim == 256) {
     return big_smem ? BwdTile{256, 64, 64, 4, 2, 2, 2, false, true, true, false}
                     : BwdTile{256, 64, 64, 4, 2, 2, 1, false, true, true, false};

@@ -18,6 +18,7 @@
 #include "cuda/common/fast_divmod.cuh"
 #include "cuda/decode/params.cuh"
 #include "cuda/decode/shape.cuh"
+#include "cuda/sm80/bwd_split.hpp"
 #include "cuda/sm80/bwd_tile.cuh"
 #include "cuda/sm80/fwd_traits.cuh"
 #include "cuda/sm80/scheduler.cuh"
@@ -356,6 +357,99 @@ TEST(CudaCommon, FastDivmodIsExact) {
       ASSERT_EQ(f.quotient(n), n / d) << "n " << n << " d " << d;
     }
     ASSERT_EQ(f.quotient(0x7fffffff), 0x7fffffff / d) << "d " << d;
+  }
+}
+
+// The backward's split (bwd_plan.cu's split_for) on the H200's 132 SMs: which grids run as parts.
+flashattn::BwdParams bwd_shape(int64_t batch, int64_t seqlen, int64_t heads_q, int64_t heads_kv, bool causal) {
+  flashattn::BwdParams p;
+  p.batch = batch;
+  p.seqlen_q = p.seqlen_k = seqlen;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.hdim_qk = p.hdim_v = 128;
+  p.options.causal = causal;
+  p.options.window_right = causal ? 0 : -1;  // normalized as validation leaves it
+  return p;
+}
+
+TEST(CudaBackwardSplit, LongMaskedBlocksRunAsParts) {
+  using flashattn::cuda::sm80::bwd_tile;
+  using flashattn::cuda::sm80::split_for;
+  const auto tile = bwd_tile(128, false);  // block_m 64, block_n 128
+  // MQA 32/1 at batch 1, causal 8k: 64 key blocks, the first walking 32 · 128 = 4096 steps against an
+  // SM's share of 1008: every block in parts, the first's about a quarter of that share.
+  auto s = split_for(bwd_shape(1, 8192, 32, 1, true), tile, 132);
+  EXPECT_EQ(s.first, 0);
+  EXPECT_EQ(s.tail, 64);
+  EXPECT_EQ(s.parts, 17);
+  // The same with a sliding window (every block ~ the same length, 64 blocks on 132 SMs).
+  auto w = bwd_shape(1, 8192, 32, 1, false);
+  w.options.window_left = 1024;
+  w.options.window_right = 0;
+  s = split_for(w, tile, 132);
+  EXPECT_EQ(s.first, 0);
+  EXPECT_EQ(s.tail, 64);
+  EXPECT_GE(s.parts, 2);
+  // Grids of many blocks under a mask stay whole: the grid's causal cells, GQA 32/8 and 32/4.
+  for (auto p : {bwd_shape(1, 16384, 16, 16, true), bwd_shape(32, 512, 16, 16, true), bwd_shape(2, 16384, 32, 8, true),
+                 bwd_shape(2, 16384, 32, 4, true), bwd_shape(8, 4096, 32, 1, true)}) {
+    s = split_for(p, tile, 132);
+    EXPECT_EQ(s.tail, 0) << p.batch << " x " << p.seqlen_q << ", " << p.heads_q << "/" << p.heads_kv;
+    EXPECT_EQ(s.parts, 1);
+    EXPECT_EQ(s.first, (p.seqlen_k + 127) / 128 * p.heads_kv * p.batch);
+  }
+  // Deterministic calls keep one part per block (the parts' additions would race).
+  auto d = bwd_shape(1, 8192, 32, 1, true);
+  d.deterministic = true;
+  EXPECT_EQ(split_for(d, tile, 132).tail, 0);
+  // Varlen: counted at the longest lengths; two sequences of MQA still split.
+  auto v = bwd_shape(2, 8192, 32, 1, true);
+  const int32_t cu[] = {0, 8192, 12288};
+  v.cu_seqlens_q = v.cu_seqlens_k = cu;
+  s = split_for(v, tile, 132);
+  EXPECT_EQ(s.first, 0);
+  EXPECT_EQ(s.tail, 128);
+  EXPECT_GE(s.parts, 2);
+}
+
+TEST(CudaBackwardSplit, LastWaveOfEqualBlocks) {
+  using flashattn::cuda::sm80::bwd_tile;
+  using flashattn::cuda::sm80::split_for;
+  const auto tile = bwd_tile(128, false);
+  // No mask, 2048 blocks on 132 SMs: the last 68 run as parts.
+  const auto s = split_for(bwd_shape(1, 16384, 16, 16, false), tile, 132);
+  EXPECT_EQ(s.first, 2048 - 68);
+  EXPECT_EQ(s.tail, 68);
+  EXPECT_GE(s.parts, 2);
+  // Whole waves and varlen stay whole.
+  EXPECT_EQ(split_for(bwd_shape(1, 16384, 16, 16, false), tile, 128).tail, 0);
+  auto v = bwd_shape(2, 8192, 16, 16, false);
+  const int32_t cu[] = {0, 8192, 12288};
+  v.cu_seqlens_q = v.cu_seqlens_k = cu;
+  EXPECT_EQ(split_for(v, tile, 132).tail, 0);
+}
+
+// Whatever it chooses, the split covers the grid once and stays within its limits.
+TEST(CudaBackwardSplit, CoversTheGrid) {
+  using flashattn::cuda::sm80::bwd_tile;
+  using flashattn::cuda::sm80::split_for;
+  std::mt19937 rng(11);
+  for (int it = 0; it < 3000; ++it) {
+    const int64_t heads_kv = 1 + rng() % 8, group = 1 + rng() % 16;
+    auto p = bwd_shape(1 + rng() % 8, 1 + rng() % 40000, heads_kv * group, heads_kv, rng() % 2);
+    if (rng() % 4 == 0) p.options.window_left = rng() % 3000;
+    if (rng() % 4 == 0) p.options.window_right = rng() % 3000;
+    for (int d : {64, 128, 256}) {
+      const auto tile = bwd_tile(d, true);
+      const int sms = 1 + rng() % 200;
+      const auto s = split_for(p, tile, sms);
+      const int64_t blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n * p.heads_kv * p.batch;
+      ASSERT_EQ(int64_t{s.first} + s.tail, blocks);
+      ASSERT_GE(s.parts, 1);
+      ASSERT_LE(s.parts, 64);
+      ASSERT_EQ(s.parts == 1, s.tail == 0);
+    }
   }
 }
 

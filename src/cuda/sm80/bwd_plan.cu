@@ -14,6 +14,7 @@
 #include "cuda/common/mask.cuh"
 #include "cuda/common/scores.cuh"
 #include "cuda/sm80/bwd_launch.hpp"
+#include "cuda/sm80/bwd_split.hpp"
 #include "cuda/sm80/bwd_tile.cuh"
 #include "cuda/sm80/instances.hpp"
 
@@ -25,10 +26,6 @@ namespace {
 // prologue and reduction, counted as kPartOverheadSteps steps. Outside deterministic mode only (the
 // parts' dK/dV additions race, as dQ's do), for tiles with split_tail and scores of constant slope
 // (scores.cuh's score_slope_varies; the conditions under which bwd_tail_kernel is compiled).
-struct BwdSplit {
-  int first = 0, parts = 1, tail = 0;
-};
-
 constexpr int64_t kPartOverheadSteps = 2, kMaxParts = 64;
 
 // Without a mask every block walks the same steps. A grid of B such blocks on P multiprocessors ends
@@ -92,6 +89,8 @@ BwdSplit split_long_blocks(const BwdParams& p, const BwdTile& tile, int num_sms,
   return s;
 }
 
+}  // namespace
+
 BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms) {
   const int64_t blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n * p.heads_kv * p.batch;
   const bool slope_varies = score_slope_varies(make_score_transform(p.options));
@@ -103,6 +102,8 @@ BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms) {
   return mask_of(p.options).has_mask() ? split_long_blocks(p, tile, num_sms, blocks)
                                        : split_last_wave(p, tile, num_sms, blocks);
 }
+
+namespace {
 
 // The grid's order (scheduler.cuh's bwd_block_index): key blocks outer where a mask with edges makes
 // the blocks' lengths depend on their key block, so that the longest go first across the whole grid,

@@ -1,0 +1,18 @@
+// Which blocks of the sm80 backward's grid run as parts (bwd_params.cuh's split; bwd_plan.cu's
+// split_for): host code, planned once per call from the shapes and the SM count.
+#pragma once
+
+#include "backend/params.hpp"
+#include "cuda/sm80/bwd_tile.cuh"
+
+namespace flashattn::cuda::sm80 {
+
+// Blocks [0, first) run whole; blocks [first, first + tail) each run as `parts` parts (tail = 0 and
+// parts = 1 when nothing is split). first + tail is the grid's block count.
+struct BwdSplit {
+  int first = 0, parts = 1, tail = 0;
+};
+
+BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms);
+
+}  // namespace flashattn::cuda::sm80

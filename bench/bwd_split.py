@@ -8,6 +8,7 @@ heads and sequences under a mask: MQA at batch 1), where the plan splits every b
 Prints TFLOP/s (backward = 2.5 x the forward's 4 * b * h * s^2 * d, halved for causal).
 
   python3 bench/bwd_split.py --lib new=build/libflashattn_c.so --lib old=/tmp/old.so [--json out.json]
+      [--deterministic]   (ours in deterministic mode; FA2 as it is)
 """
 import argparse
 import json
@@ -50,7 +51,7 @@ def timed(fn):
     return a.elapsed_time(b)
 
 
-def shape_ways(libs, batch, s, h, hk, d, window):
+def shape_ways(libs, batch, s, h, hk, d, window, deterministic=False):
     """batch: a count, or a tuple of lengths for varlen (s is then their maximum)."""
     varlen = isinstance(batch, tuple)
     lead = (sum(batch),) if varlen else (batch, s)
@@ -68,7 +69,8 @@ def shape_ways(libs, batch, s, h, hk, d, window):
     first.forward(first.args(q, k, v, out, lse, causal=causal, window=(-1, -1) if causal else window, **seq))
     for name, fa in libs.items():
         g = [torch.empty_like(t) for t in (q, k, v)]
-        a = fa.args(q, k, v, out, lse, do, *g, causal=causal, window=(-1, -1) if causal else window, **seq)
+        a = fa.args(q, k, v, out, lse, do, *g, causal=causal, window=(-1, -1) if causal else window,
+                    deterministic=deterministic, **seq)
         keep += [a, g, fa.with_workspace(a, True, q.device)]
         ways[name] = (lambda fa=fa, a=a: fa.backward(a))
     if causal:  # PyTorch's entry has no sliding window
@@ -84,11 +86,12 @@ def main():
     p.add_argument("--lib", action="append", required=True, metavar="NAME=PATH")
     p.add_argument("--reps", type=int, default=12)
     p.add_argument("--json", default=None)
+    p.add_argument("--deterministic", action="store_true")
     a = p.parse_args()
     libs = {n: FlashAttn(path) for n, path in (x.split("=", 1) for x in a.lib)}
     rows = []
     for batch, s, h, hk, d, window in SHAPES:
-        ways, keep, causal = shape_ways(libs, batch, s, h, hk, d, window)
+        ways, keep, causal = shape_ways(libs, batch, s, h, hk, d, window, a.deterministic)
         for fn in ways.values():
             fn()
         names, orders = list(ways), balanced_orders(len(ways))

@@ -58,7 +58,7 @@ BwdSplit split_last_wave(const BwdParams& p, const BwdTile& tile, int num_sms, i
 // quarter of the GPU busy on average). Then every block runs as k parts, k such that the longest
 // block's parts are about a quarter of that share (at least 16 overheads long), and the parts are
 // handed out in the grid's order (longest blocks first where the tile has that order). The model
-// (blocks to the SM that frees first, bench/bwd_schedule_sim.py --split) fills 0.93-0.99 of the GPU
+// (blocks to the SM that frees first, bench/bwd_schedule_sim.py --split) fills 0.87-0.995 of the GPU
 // there. The split sums need blocks · 2 · block_n · head_dim floats; splitting only happens when
 // blocks < 2 · P · (longest / mean), about 2 P under a causal mask and P under a window. Varlen: the
 // host knows only the longest lengths, so it counts every sequence at them; that overstates all the

@@ -18,8 +18,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gpu import balanced_orders, rounded_reps  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "tools"))
 from flashattn_ctypes import FlashAttn  # noqa: E402
+from gap_timing import interleaved_medians  # noqa: E402
 
 # (batch, seqlen, heads, heads_kv, hdim, window (left, right)); window (-1, 0) is causal.
 SHAPES = (
@@ -39,16 +40,6 @@ SHAPES = (
     (1, 8192, 32, 1, 128, (1024, 0)),  # sliding window
     ((8192, 4096), 8192, 32, 1, 128, (-1, 0)),  # varlen: two sequences packed (batch = the lengths, seqlen their maximum)
 )
-
-
-def timed(fn):
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    a.record()
-    fn()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b)
 
 
 def shape_ways(libs, batch, s, h, hk, d, window, deterministic=False):
@@ -78,7 +69,7 @@ def shape_ways(libs, batch, s, h, hk, d, window, deterministic=False):
         ways["fa2"] = lambda: torch.ops.aten._flash_attention_backward(do, q, k, v, o2, lse2, cu, cu, s, s, 0.0,
                                                                        True, rng, unused)
         keep += [o2, lse2]
-    return ways, keep, causal
+    return ways, keep
 
 
 def main():
@@ -91,14 +82,8 @@ def main():
     libs = {n: FlashAttn(path) for n, path in (x.split("=", 1) for x in a.lib)}
     rows = []
     for batch, s, h, hk, d, window in SHAPES:
-        ways, keep, causal = shape_ways(libs, batch, s, h, hk, d, window, a.deterministic)
-        for fn in ways.values():
-            fn()
-        names, orders = list(ways), balanced_orders(len(ways))
-        times = {n: [] for n in names}
-        for r in range(rounded_reps(a.reps, len(orders))):
-            for n in (names[i] for i in orders[r % len(orders)]):
-                times[n].append(timed(ways[n]))
+        ways, keep = shape_ways(libs, batch, s, h, hk, d, window, a.deterministic)
+        medians = interleaved_medians(ways, a.reps)
         def visible(n):
             if window[1] < 0:
                 return n * n
@@ -106,12 +91,11 @@ def main():
         lengths = batch if isinstance(batch, tuple) else (s,) * batch
         flops = 2.5 * 4 * h * d * sum(visible(n) for n in lengths)
         row = dict(batch=batch, seqlen=s, heads=h, heads_kv=hk, hdim=d, window=list(window))
-        for n, t in times.items():
-            ms = sorted(t)[len(t) // 2]
+        for n, ms in medians.items():
             row[n] = round(flops / ms / 1e9, 1)
         rows.append(row)
         print(f"b{batch} s{s} {h}/{hk} d{d} window {window}: " +
-              "  ".join(f"{n} {row[n]}" for n in names), flush=True)
+              "  ".join(f"{n} {row[n]}" for n in medians), flush=True)
         del keep, ways
     if a.json:
         with open(a.json, "w") as f:

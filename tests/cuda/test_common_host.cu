@@ -69,6 +69,7 @@ TEST(CudaMask, RangesMatchBruteForce) {
     // backward: every query block with a visible entry is visited
     for (int n0 = 0; n0 < m.seqlen_k; n0 += bn) {
       const int mb = m.m_block_begin(n0, bm), me = m.m_block_end(n0, bn, bm);
+      ASSERT_EQ(m.m_block_count(n0, bn, bm), std::max(0, me - mb)) << "key tile " << n0;
       for (int b = 0; b * bm < m.seqlen_q; ++b) {
         bool any = false;
         for (int i = b * bm; i < std::min(b * bm + bm, m.seqlen_q); ++i)

@@ -81,6 +81,12 @@ struct Mask {
     const int row_stop = left < 0 ? seqlen_q : imax(0, imin(seqlen_q, last_key - diag() + left + 1));
     return ceil_div(row_stop, bm);
   }
+  // How many query blocks the key tile at n0 visits (0 when none): the backward's loop length per
+  // query head, as its plan counts it (sm80/bwd_plan.cu; the kernel writes the same difference with
+  // its m_block_begin at hand: through this function its PTX changed).
+  FLASHATTN_HD constexpr int m_block_count(int n0, int bn, int bm) const {
+    return imax(0, m_block_end(n0, bn, bm) - m_block_begin(n0, bm));
+  }
 
   // Whether the tile pair (queries [m0, m0 + bm), keys [n0, n0 + bn)) holds any invisible element
   // with a query row < seqlen_q, i.e. whether per-element masking is needed there. Conservative in

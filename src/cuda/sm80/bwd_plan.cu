@@ -34,21 +34,16 @@ constexpr int64_t kPartOverheadSteps = 2, kMaxParts = 64;
 // and 256). Splitting each of those last blocks into k parts shortens that wave to about
 // ceil(tail·k / P) rounds of steps/k steps plus the parts' overhead; k minimizes that.
 BwdSplit split_last_wave(const BwdParams& p, const BwdTile& tile, int num_sms, int64_t blocks) {
-  BwdSplit s;
-  s.first = static_cast<int>(blocks);
   const int64_t steps = (p.seqlen_q + tile.block_m - 1) / tile.block_m * p.group_size();
   const int64_t tail = blocks % num_sms;
-  if (steps < 2 || tail == 0 || p.is_varlen()) return s;  // varlen: blocks of unknown, unequal lengths
+  if (steps < 2 || tail == 0 || p.is_varlen()) return BwdSplit::whole(blocks);  // varlen: unknown, unequal lengths
   int64_t best_k = 1, best_cost = steps + kPartOverheadSteps;
   for (int64_t k = 2; k <= std::min(steps, kMaxParts); ++k) {
     const int64_t cost = (tail * k + num_sms - 1) / num_sms * ((steps + k - 1) / k + kPartOverheadSteps);
     if (cost < best_cost) best_k = k, best_cost = cost;
   }
-  if (best_k == 1) return s;
-  s.first = static_cast<int>(blocks - tail);
-  s.parts = static_cast<int>(best_k);
-  s.tail = static_cast<int>(tail);
-  return s;
+  if (best_k == 1) return BwdSplit::whole(blocks);
+  return {static_cast<int>(blocks - tail), static_cast<int>(best_k), static_cast<int>(tail)};
 }
 
 // Under a mask a block walks group · (the query blocks that see its key block) steps, which differ
@@ -64,29 +59,21 @@ BwdSplit split_last_wave(const BwdParams& p, const BwdTile& tile, int num_sms, i
 // host knows only the longest lengths, so it counts every sequence at them; that overstates all the
 // steps, so where it splits, the real grid is chain-bound too (it may miss grids that are).
 BwdSplit split_long_blocks(const BwdParams& p, const BwdTile& tile, int num_sms, int64_t blocks) {
-  BwdSplit s;
-  s.first = static_cast<int>(blocks);
   const Mask mask{static_cast<int>(p.seqlen_q), static_cast<int>(p.seqlen_k), clamp_window(p.options.window_left),
                   clamp_window(p.options.window_right)};
   const int num_n = static_cast<int>((p.seqlen_k + tile.block_n - 1) / tile.block_n);
   int64_t steps = 0, longest = 0;
   for (int n = 0; n < num_n; ++n) {
-    const int n0 = n * tile.block_n;
-    const int64_t chain =
-        int64_t{imax(0, mask.m_block_end(n0, tile.block_n, tile.block_m) - mask.m_block_begin(n0, tile.block_m))} *
-        p.group_size();
+    const int64_t chain = int64_t{mask.m_block_count(n * tile.block_n, tile.block_n, tile.block_m)} * p.group_size();
     steps += chain;
     longest = std::max(longest, chain);
   }
   steps *= p.heads_kv * p.batch;
-  if (longest * num_sms <= steps) return s;
+  if (longest * num_sms <= steps) return BwdSplit::whole(blocks);
   const int64_t piece = std::max(steps / (4 * num_sms), 16 * kPartOverheadSteps);
   const int64_t k = std::min((longest + piece - 1) / piece, kMaxParts);
-  if (k < 2 || blocks * k > INT_MAX) return s;
-  s.first = 0;
-  s.parts = static_cast<int>(k);
-  s.tail = static_cast<int>(blocks);
-  return s;
+  if (k < 2 || blocks * k > INT_MAX) return BwdSplit::whole(blocks);
+  return {0, static_cast<int>(k), static_cast<int>(blocks)};
 }
 
 }  // namespace
@@ -95,9 +82,7 @@ BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms) {
   const int64_t blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n * p.heads_kv * p.batch;
   const bool slope_varies = score_slope_varies(make_score_transform(p.options));
   if (!tile.split_tail || slope_varies || num_sms <= 1 || p.deterministic || blocks > INT_MAX / 2) {
-    BwdSplit s;
-    s.first = static_cast<int>(blocks);
-    return s;
+    return BwdSplit::whole(blocks);
   }
   return mask_of(p.options).has_mask() ? split_long_blocks(p, tile, num_sms, blocks)
                                        : split_last_wave(p, tile, num_sms, blocks);

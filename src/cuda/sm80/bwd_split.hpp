@@ -11,6 +11,8 @@ namespace flashattn::cuda::sm80 {
 // parts = 1 when nothing is split). first + tail is the grid's block count.
 struct BwdSplit {
   int first = 0, parts = 1, tail = 0;
+
+  static BwdSplit whole(int64_t blocks) { return {static_cast<int>(blocks), 1, 0}; }
 };
 
 BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms);

@@ -74,7 +74,7 @@ def main_split(sms):
     for name, batch, heads_kv, group, s, d in rows:
         bm, bn = tiles[d]
         steps = block_steps(batch, heads_kv, group, s, bm, bn, d != 256)
-        whole = fill([x for x in steps], sms)
+        whole = fill(steps, sms)
         parts, k = split_fill(steps, sms)
         print(f"{name:46s} {whole:12.3f} {parts:6.3f} {k:3d}")
 

@@ -5,10 +5,13 @@ heads and sequences under a mask: MQA at batch 1), where the plan splits every b
   <name>       fa_backward through ctypes of each --lib NAME=PATH given (workspace preallocated)
   fa2          PyTorch's FlashAttention-2 backward called directly (aten._flash_attention_backward:
                no autograd engine, so kernel against kernel with the C API rows)
+  with --py, what users call, each through torch.autograd.grad (the engine's cost in both):
+  py           flash_attn_func / flash_attn_varlen_func of the installed package (path sm80)
+  sdpa         SDPA's flash backend (FlashAttention-2) with enable_gqa, causal shapes only
 Prints TFLOP/s (backward = 2.5 x the forward's 4 * b * h * s^2 * d, halved for causal).
 
   python3 bench/bwd_split.py --lib new=build/libflashattn_c.so --lib old=/tmp/old.so [--json out.json]
-      [--deterministic]   (ours in deterministic mode; FA2 as it is)
+      [--deterministic]   (ours in deterministic mode; FA2 as it is)  [--py]
 """
 import argparse
 import json
@@ -42,7 +45,31 @@ SHAPES = (
 )
 
 
-def shape_ways(libs, batch, s, h, hk, d, window, deterministic=False):
+def user_ways(q, k, v, do, cu, s, window, deterministic):
+    """The py and sdpa ways (module docstring): one forward each, then each call one autograd.grad."""
+    import flashattn
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+    causal = window == (-1, 0)
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    opts = dict(causal=causal, window_size=(-1, -1) if causal else window, deterministic=deterministic, path="sm80")
+    if cu is None:
+        o = flashattn.flash_attn_func(qg, kg, vg, **opts)
+    else:
+        o = flashattn.flash_attn_varlen_func(qg, kg, vg, cu, cu, s, s, **opts)
+    ways = {"py": lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True)}
+    keep = [qg, kg, vg, o]
+    if causal and cu is None:
+        qt, kt, vt = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            ot = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True)
+        dot = do.transpose(1, 2)
+        ways["sdpa"] = lambda: torch.autograd.grad(ot, (qt, kt, vt), dot, retain_graph=True)
+        keep += [qt, kt, vt, ot]
+    return ways, keep
+
+
+def shape_ways(libs, batch, s, h, hk, d, window, deterministic=False, py=False):
     """batch: a count, or a tuple of lengths for varlen (s is then their maximum)."""
     varlen = isinstance(batch, tuple)
     lead = (sum(batch),) if varlen else (batch, s)
@@ -69,6 +96,10 @@ def shape_ways(libs, batch, s, h, hk, d, window, deterministic=False):
         ways["fa2"] = lambda: torch.ops.aten._flash_attention_backward(do, q, k, v, o2, lse2, cu, cu, s, s, 0.0,
                                                                        True, rng, unused)
         keep += [o2, lse2]
+    if py:
+        more, held = user_ways(q, k, v, do, cu, s, window, deterministic)
+        ways.update(more)
+        keep += held
     return ways, keep
 
 
@@ -78,11 +109,12 @@ def main():
     p.add_argument("--reps", type=int, default=12)
     p.add_argument("--json", default=None)
     p.add_argument("--deterministic", action="store_true")
+    p.add_argument("--py", action="store_true", help="also flash_attn_func and SDPA through autograd")
     a = p.parse_args()
     libs = {n: FlashAttn(path) for n, path in (x.split("=", 1) for x in a.lib)}
     rows = []
     for batch, s, h, hk, d, window in SHAPES:
-        ways, keep = shape_ways(libs, batch, s, h, hk, d, window, a.deterministic)
+        ways, keep = shape_ways(libs, batch, s, h, hk, d, window, a.deterministic, a.py)
         medians = interleaved_medians(ways, a.reps)
         def visible(n):
             if window[1] < 0:

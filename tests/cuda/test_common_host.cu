@@ -400,9 +400,18 @@ TEST(CudaBackwardSplit, LongMaskedBlocksRunAsParts) {
     EXPECT_EQ(s.parts, 1);
     EXPECT_EQ(s.first, (p.seqlen_k + 127) / 128 * p.heads_kv * p.batch);
   }
-  // Deterministic calls keep one part per block (the parts' additions would race).
+  // Deterministic calls split only small masked grids (at most a quarter of the SMs in blocks; their
+  // parts' dQ turns serialize larger ones), each part's sums kept apart, within 256 MiB.
   auto d = bwd_shape(1, 8192, 32, 1, true);
   d.deterministic = true;
+  EXPECT_EQ(split_for(d, tile, 132).tail, 0);  // 64 blocks
+  d.seqlen_q = d.seqlen_k = 4096;                // 32 blocks
+  s = split_for(d, tile, 132);
+  EXPECT_EQ(s.tail, 32);
+  EXPECT_GT(s.parts, 1);
+  EXPECT_LE(int64_t{s.tail} * s.parts * 128 * 1024, int64_t{256} << 20);
+  d.options.causal = false;  // no mask: whole blocks
+  d.options.window_right = -1;
   EXPECT_EQ(split_for(d, tile, 132).tail, 0);
   // Varlen: counted at the longest lengths; two sequences of MQA still split.
   auto v = bwd_shape(2, 8192, 32, 1, true);
@@ -441,6 +450,7 @@ TEST(CudaBackwardSplit, CoversTheGrid) {
     auto p = bwd_shape(1 + rng() % 8, 1 + rng() % 40000, heads_kv * group, heads_kv, rng() % 2);
     if (rng() % 4 == 0) p.options.window_left = rng() % 3000;
     if (rng() % 4 == 0) p.options.window_right = rng() % 3000;
+    p.deterministic = rng() % 3 == 0;
     for (int d : {64, 128, 256}) {
       const auto tile = bwd_tile(d, true);
       const int sms = 1 + rng() % 200;
@@ -450,6 +460,7 @@ TEST(CudaBackwardSplit, CoversTheGrid) {
       ASSERT_GE(s.parts, 1);
       ASSERT_LE(s.parts, 64);
       ASSERT_EQ(s.parts == 1, s.tail == 0);
+      if (p.deterministic) ASSERT_LE(int64_t{s.tail} * s.parts * 2 * tile.block_n * d * 4, int64_t{256} << 20);
     }
   }
 }

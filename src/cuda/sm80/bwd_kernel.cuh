@@ -59,7 +59,7 @@ namespace flashattn::cuda::sm80 {
 // so none of the split code is in it); bwd_tail_kernel the split tail's parts. kSlopeVaries:
 // score_slope_varies(p.scores) (common/scores.cuh): acc_s keeps the scores, and dS recomputes P and
 // takes the slope from them.
-template <class Elem, int kHeadDim, bool kBigSmem, bool kSlopeVaries>
+template <class Elem, int kHeadDim, bool kBigSmem, bool kSlopeVaries, bool kOrderedSums = false>
 __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const int grid_block, const int part,
                                                const int parts) {
   using Sh = BwdShape<kHeadDim, kBigSmem>;
@@ -204,7 +204,7 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
     }
   }
 
-  bwd_epilogue<Elem, Sh>(p, ix, seq, n0, acc_dk, acc_dv, w, smem, grid_block, parts, lane, tid);
+  bwd_epilogue<Elem, Sh, kOrderedSums>(p, ix, seq, n0, acc_dk, acc_dv, w, smem, grid_block, parts, lane, tid);
 }
 
 // Whole key blocks: grid block blockIdx.x (with a split tail, the grid is the first split_first).
@@ -219,11 +219,14 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
 // The split tail (bwd_params.cuh): block j is part j mod split_parts of grid block split_first +
 // j / split_parts. A separate kernel, so that the split code (setup, fp32 reduction) leaves the main
 // kernel's register allocation and schedule alone: at hdim 256 (255 registers) it cost 1.5 % there
-// when compiled into it (docs/kernels-sm80-backward.md).
-template <class Elem, int kHeadDim, bool kBigSmem>
+// when compiled into it (docs/kernels-sm80-backward.md). kOrderedSums: deterministic mode, whose
+// parts keep their dK/dV sums apart (bwd_epilogue.cuh); its own kernel, so that the other keeps its
+// registers (the sums' code spilled 32 B into the loop at hdim 128 when both were in one).
+template <class Elem, int kHeadDim, bool kBigSmem, bool kOrderedSums>
 __global__ void __launch_bounds__(kBwdThreads, 1) bwd_tail_kernel(const __grid_constant__ BwdKernelParams p) {
   const int parts = p.split_parts;
-  bwd_block_part<Elem, kHeadDim, kBigSmem, false>(p, p.split_first + blockIdx.x / parts, blockIdx.x % parts, parts);
+  bwd_block_part<Elem, kHeadDim, kBigSmem, false, kOrderedSums>(p, p.split_first + blockIdx.x / parts,
+                                                                blockIdx.x % parts, parts);
   // Complete only after the main kernel has (it may still run when this grid starts): the stream's
   // next work (the postprocess reads dQ) then sees both grids' writes.
   ptx::griddep_wait();

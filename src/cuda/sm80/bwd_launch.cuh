@@ -15,14 +15,16 @@ namespace flashattn::cuda::sm80 {
 template <class Elem, int kHeadDim, bool kBigSmem>
 Status launch_bwd_tail(const BwdKernelParams& p, cudaStream_t stream, bool dependent_of_main) {
   constexpr int kSmem = BwdShape<kHeadDim, kBigSmem>::kSmemBytes;
-  const auto kernel = bwd_tail_kernel<Elem, kHeadDim, kBigSmem>;
-  static DeviceFlags opted_in;
-  static GriddepFlags griddep;
-  Status s = opt_in_dynamic_smem("cuda sm80 backward", kernel, kSmem, opted_in);
+  const bool ordered = p.deterministic;  // the parts' sums kept apart (bwd_epilogue.cuh)
+  const auto kernel = ordered ? bwd_tail_kernel<Elem, kHeadDim, kBigSmem, true>
+                              : bwd_tail_kernel<Elem, kHeadDim, kBigSmem, false>;
+  static DeviceFlags opted_in[2];  // [ordered]
+  static GriddepFlags griddep[2];
+  Status s = opt_in_dynamic_smem("cuda sm80 backward", kernel, kSmem, opted_in[ordered]);
   if (!s.ok()) return s;
   const dim3 grid(static_cast<unsigned>(int64_t{p.split_tail} * p.split_parts));
   return launch_dependent("cuda sm80 backward", "split-tail kernel launch", kernel, grid, dim3(kBwdThreads), kSmem,
-                          stream, dependent_of_main, griddep, p);
+                          stream, dependent_of_main, griddep[ordered], p);
 }
 
 template <class Elem, int kHeadDim, bool kBigSmem>

@@ -23,10 +23,19 @@ namespace {
 
 // The split (bwd_params.cuh): blocks run as k parts over consecutive ranges of their loop steps, in
 // a second kernel; the parts add dK·scale and dV into fp32 sums, and each part costs its own
-// prologue and reduction, counted as kPartOverheadSteps steps. Outside deterministic mode only (the
-// parts' dK/dV additions race, as dQ's do), for tiles with split_tail and scores of constant slope
-// (scores.cuh's score_slope_varies; the conditions under which bwd_tail_kernel is compiled).
-constexpr int64_t kPartOverheadSteps = 2, kMaxParts = 64;
+// prologue and reduction, counted as kPartOverheadSteps steps. For tiles with split_tail and scores
+// of constant slope (scores.cuh's score_slope_varies; the conditions under which bwd_tail_kernel is
+// compiled). Deterministic mode keeps each part's sums apart (bwd_epilogue.cuh), parts times the
+// buffer: there the parts are capped so that it stays within kMaxOrderedSums bytes.
+constexpr int64_t kPartOverheadSteps = 2, kMaxParts = 64, kMaxOrderedSums = int64_t{256} << 20;
+
+// The most parts `tail` split blocks may have: kMaxParts, or in deterministic mode what keeps their
+// separate sums within kMaxOrderedSums.
+int64_t max_parts(const BwdParams& p, const BwdTile& tile, int64_t tail) {
+  if (!p.deterministic || tail == 0) return kMaxParts;
+  const int64_t slot = int64_t{2} * tile.block_n * tile.head_dim * int64_t{sizeof(float)};
+  return std::min(kMaxParts, kMaxOrderedSums / (tail * slot));
+}
 
 // Without a mask every block walks the same steps. A grid of B such blocks on P multiprocessors ends
 // with a wave of B mod P blocks that leaves the other SMs idle for a whole block's time (measured on
@@ -38,7 +47,7 @@ BwdSplit split_last_wave(const BwdParams& p, const BwdTile& tile, int num_sms, i
   const int64_t tail = blocks % num_sms;
   if (steps < 2 || tail == 0 || p.is_varlen()) return BwdSplit::whole(blocks);  // varlen: unknown, unequal lengths
   int64_t best_k = 1, best_cost = steps + kPartOverheadSteps;
-  for (int64_t k = 2; k <= std::min(steps, kMaxParts); ++k) {
+  for (int64_t k = 2; k <= std::min(steps, max_parts(p, tile, tail)); ++k) {
     const int64_t cost = (tail * k + num_sms - 1) / num_sms * ((steps + k - 1) / k + kPartOverheadSteps);
     if (cost < best_cost) best_k = k, best_cost = cost;
   }
@@ -71,7 +80,7 @@ BwdSplit split_long_blocks(const BwdParams& p, const BwdTile& tile, int num_sms,
   steps *= p.heads_kv * p.batch;
   if (longest * num_sms <= steps) return BwdSplit::whole(blocks);
   const int64_t piece = std::max(steps / (4 * num_sms), 16 * kPartOverheadSteps);
-  const int64_t k = std::min((longest + piece - 1) / piece, kMaxParts);
+  const int64_t k = std::min((longest + piece - 1) / piece, max_parts(p, tile, blocks));
   if (k < 2 || blocks * k > INT_MAX) return BwdSplit::whole(blocks);
   return {0, static_cast<int>(k), static_cast<int>(blocks)};
 }
@@ -81,11 +90,16 @@ BwdSplit split_long_blocks(const BwdParams& p, const BwdTile& tile, int num_sms,
 BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms) {
   const int64_t blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n * p.heads_kv * p.batch;
   const bool slope_varies = score_slope_varies(make_score_transform(p.options));
-  if (!tile.split_tail || slope_varies || num_sms <= 1 || p.deterministic || blocks > INT_MAX / 2) {
+  if (!tile.split_tail || slope_varies || num_sms <= 1 || blocks > INT_MAX / 2) {
     return BwdSplit::whole(blocks);
   }
-  return mask_of(p.options).has_mask() ? split_long_blocks(p, tile, num_sms, blocks)
-                                       : split_last_wave(p, tile, num_sms, blocks);
+  const bool has_mask = mask_of(p.options).has_mask();
+  // Deterministic mode: every part takes its dQ turns (bwd_dq.cuh) in the key blocks' order, so the
+  // parts of many blocks wait on each other. Measured on the H200 (MQA 32/1, causal, hdim 128):
+  // split, 16 and 32 blocks ran 5-8x faster, 64-256 blocks up to 2x slower. There only grids of at
+  // most a quarter of the SMs in blocks split, and only under a mask.
+  if (p.deterministic && (!has_mask || blocks * 4 > num_sms)) return BwdSplit::whole(blocks);
+  return has_mask ? split_long_blocks(p, tile, num_sms, blocks) : split_last_wave(p, tile, num_sms, blocks);
 }
 
 namespace {
@@ -152,7 +166,8 @@ WorkspaceLayout workspace_layout(const BwdParams& p, int head_dim, int num_sms) 
   w.counters = off;
   off = up(off + rows / bm * sizeof(int32_t));
   w.tail_dkv = off;
-  off = up(off + std::size_t(w.split.tail) * 2 * tile.block_n * head_dim * sizeof(float));
+  const std::size_t sums_per_block = p.deterministic ? w.split.parts : 1;  // bwd_epilogue.cuh
+  off = up(off + std::size_t(w.split.tail) * sums_per_block * 2 * tile.block_n * head_dim * sizeof(float));
   w.tail_done = off;
   off = up(off + std::size_t(w.split.tail) * sizeof(int32_t));
   w.bytes = off;

@@ -260,6 +260,8 @@ def bench_cell(env, cell, variants=()):
     if env.device == "cuda":
         if x.varlen:
             preps.append(prepare_torch_flash_varlen(cell, x, base))
+            if cell["mode"] == "bwd":
+                preps.append(prepare_torch_flash_varlen_autograd(cell, x, base))
         else:
             for impl, backend in SDPA_BACKENDS:
                 preps.append(prepare_sdpa(impl, backend, cell, x, base))
@@ -383,6 +385,22 @@ def prepare_torch_flash_varlen(cell, x, base):
         return {"row": dict(impl="torch-flash", **base), "fn": fn}
     except RuntimeError as e:
         return {"row": dict(impl="torch-flash", **base, error=str(e)[:200])}
+
+
+def prepare_torch_flash_varlen_autograd(cell, x, base):
+    """The same FA2 varlen entry's backward as flashattn-py's is timed: torch.autograd.grad on the
+    output of aten._flash_attention_forward (differentiable in PyTorch: the route nested tensors take),
+    so that both pay the autograd engine (impl torch-flash-autograd; the protocol's torch-flash row
+    calls the backward op directly, without the engine)."""
+    m, cu, causal = x.max_seqlen, x.cu_seqlens, cell["causal"]
+    try:
+        q, k, v = (t.detach().requires_grad_() for t in (x.q, x.k, x.v))
+        out = torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, m, m, 0.0, causal, False)[0]
+        fn = lambda: torch.autograd.grad(out, (q, k, v), x.dout, retain_graph=True)  # noqa: E731
+        fn()
+        return {"row": dict(impl="torch-flash-autograd", **base), "fn": fn}
+    except RuntimeError as e:
+        return {"row": dict(impl="torch-flash-autograd", **base, error=str(e)[:200])}
 
 
 # ---- decode: the KV-cache call ------------------------------------------------------------------------

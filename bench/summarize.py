@@ -52,6 +52,11 @@ def attention_table(rows, goals):
             f"{_ratio(t['flashattn-py'], t['torch-flash'])} | {_ratio(t['flashattn-py'], t['cudnn'])} | "
             f"{goal if goal else '–'} |")
     lines.append(f"\nCells where flashattn-py is at or above torch-flash (FA2): {py_wins} of {py_cells}.")
+    for k, v in cells.items():  # varlen backward: FA2's op also through the autograd engine
+        ag, py = v.get("torch-flash-autograd", {}).get("tflops"), v.get("flashattn-py", {}).get("tflops")
+        if ag:
+            lines.append(f"Varlen backward, FA2 through torch.autograd.grad as flashattn-py is (torch-flash-autograd): "
+                         f"{_num(ag)} TFLOP/s; py / that {_ratio(py, ag)}.")
     return lines if cells else []
 
 

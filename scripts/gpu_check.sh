@@ -8,7 +8,7 @@
 # visible GPU's, e.g. 90a on Hopper), JOBS, TEST_FILTER (ctest -R regex; default all: CPU cases take seconds on 16 cores),
 # SANITIZE_FILTER (gtest filter of the sanitizer subset of diff_test), SANITIZE_KV_FILTER (of kvcache_test), SANITIZE_SPLIT_FILTER (the
 # subset rerun with the grid planned for 3 SMs, --sms=3, so that the backward splits its tail), BENCH_ARGS (extra bench_gpu.py flags),
-# CTEST_JOBS (default 4), SWEEP_CONFIGS / SWEEP_PROCS / SWEEP_SEED (the differential sweep), PY_INSTALL (default 1; 0: the Python package is already installed, e.g. by a
+# CTEST_JOBS (default half the cores, at least 4: the CPU reference dominates most cases), SWEEP_CONFIGS / SWEEP_PROCS / SWEEP_SEED (the differential sweep), PY_INSTALL (default 1; 0: the Python package is already installed, e.g. by a
 # pip install run in the background during the build).
 set -uo pipefail
 OUT=${1:?usage: gpu_check.sh OUT_DIR}
@@ -48,7 +48,7 @@ fi
 
 if has test; then
   log "GPU tests (ctest -R '$TEST_FILTER')"
-  ctest --test-dir "$BUILD_DIR" -R "$TEST_FILTER" -j "${CTEST_JOBS:-4}" --output-on-failure --timeout 600 >"$OUT/ctest.log" 2>&1
+  ctest --test-dir "$BUILD_DIR" -R "$TEST_FILTER" -j "${CTEST_JOBS:-$(( $(nproc) / 2 > 4 ? $(nproc) / 2 : 4 ))}" --output-on-failure --timeout 600 >"$OUT/ctest.log" 2>&1
   status[test]=$?
   tail -5 "$OUT/ctest.log"
   grep -E "^\s*[0-9]+/[0-9]+ Test.*(Failed|Exception|Timeout)" "$OUT/ctest.log" | head -40

@@ -261,7 +261,7 @@ def bench_cell(env, cell, variants=()):
         if x.varlen:
             preps.append(prepare_torch_flash_varlen(cell, x, base))
             if cell["mode"] == "bwd":
-                preps.append(prepare_torch_flash_varlen_autograd(cell, x, base))
+                preps.append(prepare_torch_flash_varlen(cell, x, base, autograd=True))
         else:
             for impl, backend in SDPA_BACKENDS:
                 preps.append(prepare_sdpa(impl, backend, cell, x, base))
@@ -368,39 +368,34 @@ def prepare_sdpa(impl, backend, cell, x, base):
         return {"row": dict(impl=impl, **base, error=str(e)[:200])}
 
 
-def prepare_torch_flash_varlen(cell, x, base):
+def prepare_torch_flash_varlen(cell, x, base, autograd=False):
     """PyTorch's FlashAttention-2 varlen entry (SDPA has no varlen front door): the aten ops with
-    cum_seq_q / cum_seq_k; the backward is timed alone on the forward's outputs."""
+    cum_seq_q / cum_seq_k; the backward is timed alone on the forward's outputs. autograd (backward
+    only; impl torch-flash-autograd): torch.autograd.grad on the forward's output instead of the
+    backward op (aten._flash_attention_forward is differentiable: the route nested tensors take), so
+    that it pays the autograd engine as flashattn-py does; the protocol's torch-flash row calls the
+    op directly."""
     m, cu, causal = x.max_seqlen, x.cu_seqlens, cell["causal"]
-    fwd = lambda: torch.ops.aten._flash_attention_forward(x.q, x.k, x.v, cu, cu, m, m, 0.0, causal, False)  # noqa
+    impl = "torch-flash-autograd" if autograd else "torch-flash"
+    fwd = lambda q=x.q, k=x.k, v=x.v: torch.ops.aten._flash_attention_forward(  # noqa: E731
+        q, k, v, cu, cu, m, m, 0.0, causal, False)
     try:
         if cell["mode"] == "fwd":
             fwd()
             fn = fwd
+        elif autograd:
+            q, k, v = (t.detach().requires_grad_() for t in (x.q, x.k, x.v))
+            out = fwd(q, k, v)[0]
+            fn = lambda: torch.autograd.grad(out, (q, k, v), x.dout, retain_graph=True)  # noqa: E731
+            fn()
         else:
             out, lse, rng_state, unused, _ = fwd()
             fn = lambda: torch.ops.aten._flash_attention_backward(  # noqa: E731
                 x.dout, x.q, x.k, x.v, out, lse, cu, cu, m, m, 0.0, causal, rng_state, unused)
             fn()
-        return {"row": dict(impl="torch-flash", **base), "fn": fn}
+        return {"row": dict(impl=impl, **base), "fn": fn}
     except RuntimeError as e:
-        return {"row": dict(impl="torch-flash", **base, error=str(e)[:200])}
-
-
-def prepare_torch_flash_varlen_autograd(cell, x, base):
-    """The same FA2 varlen entry's backward as flashattn-py's is timed: torch.autograd.grad on the
-    output of aten._flash_attention_forward (differentiable in PyTorch: the route nested tensors take),
-    so that both pay the autograd engine (impl torch-flash-autograd; the protocol's torch-flash row
-    calls the backward op directly, without the engine)."""
-    m, cu, causal = x.max_seqlen, x.cu_seqlens, cell["causal"]
-    try:
-        q, k, v = (t.detach().requires_grad_() for t in (x.q, x.k, x.v))
-        out = torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, m, m, 0.0, causal, False)[0]
-        fn = lambda: torch.autograd.grad(out, (q, k, v), x.dout, retain_graph=True)  # noqa: E731
-        fn()
-        return {"row": dict(impl="torch-flash-autograd", **base), "fn": fn}
-    except RuntimeError as e:
-        return {"row": dict(impl="torch-flash-autograd", **base, error=str(e)[:200])}
+        return {"row": dict(impl=impl, **base, error=str(e)[:200])}
 
 
 # ---- decode: the KV-cache call ------------------------------------------------------------------------

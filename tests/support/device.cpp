@@ -13,7 +13,7 @@ namespace fa_test {
 
 std::vector<Backend> all_backends() {
   std::vector<Backend> all;
-  for (const flashattn::Family* f : flashattn::family_table()) all.push_back({f->name, f->device});
+  for (const flashattn::Family* f : flashattn::family_table()) all.push_back({f->name, f->device, f->forward.plan != nullptr});
   return all;
 }
 

@@ -17,6 +17,7 @@ namespace fa_test {
 struct Backend {
   std::string family;  // "cpu", "sm80", ...; "auto": whichever family the library picks
   flashattn::Device device = flashattn::Device::cpu;
+  bool has_forward = true;  // false: a family with only the KV-cache entry (decode)
 
   static Backend host() { return {"cpu", flashattn::Device::cpu}; }
   static Backend any(flashattn::Device device) { return {"auto", device}; }

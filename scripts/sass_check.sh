@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The sm90 kernels' machine code, checked without a GPU (cuobjdump on the static library): every sm90
-# forward kernel holds HGMMA (wgmma) and UTMALDG (TMA) instructions, no LDL/STL (local memory: spills
+# forward and backward kernel holds HGMMA (wgmma) and UTMALDG (TMA) instructions, no LDL/STL (local memory: spills
 # or an array indexed at run time), and its resource usage reports no stack and no local memory.
 #
 #   scripts/sass_check.sh build/libflashattn.a
@@ -23,7 +23,7 @@ cuobjdump=$(find_cuobjdump) || {
 }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-members=$(ar t "$lib" | grep -E '^sm90_fwd_.*\.o$')
+members=$(ar t "$lib" | grep -E '^sm90_(fwd|bwd)_.*\.o$')
 [ -n "$members" ] || { echo "sass_check: skipped: no sm90 kernel objects in $lib"; exit 77; }
 (cd "$work" && ar x "$(realpath "$lib")" $members)
 fail=0

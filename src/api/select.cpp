@@ -6,8 +6,8 @@
 namespace flashattn {
 
 // Fastest first. Adding a family: its folder, one line here, its sources in the build. sm90 runs
-// only on compute capability 9.0 and only the forward (and not varlen yet); whatever it refuses,
-// "auto" finds in the next family.
+// only on compute capability 9.0; its backward only when named (path = "sm90": Direction::in_auto);
+// whatever it refuses, "auto" finds in the next family.
 const std::vector<const Family*>& family_table() {
   static const std::vector<const Family*> kFamilies = {&cuda::sm90_family(), &cuda::sm80_family(),
                                                        &cuda::decode_family(), &cpu::family()};
@@ -42,6 +42,7 @@ Status select_in_table(const Params& p, std::string_view path, Plan* plan) {
       continue;
     }
     const Direction<Params>& d = direction_of<Params>(*f);
+    if (is_auto(path) && !d.in_auto) continue;
     if (d.plan == nullptr) {  // this family does not offer the call at all
       Status none = Status::unsupported("path = \"" + std::string(f->name) + "\" has no " +
                                         direction_name<Params>() + " kernels");

@@ -54,6 +54,9 @@ struct Direction {
   // Runs params as planned; the workspace (params.workspace, ≥ plan.workspace_bytes, aligned to
   // plan.workspace_alignment) is checked (it may be null where plan.workspace_optional).
   Status (*run)(const Plan& plan, const Params& params) = nullptr;
+  // false: this direction runs only when a call names the family (as Family::in_auto, for one
+  // direction: the sm90 backward until its kernels have passed their tests on a GPU).
+  bool in_auto = true;
 };
 
 struct Family {

@@ -73,6 +73,7 @@ struct GemmArgs {
   float* d = nullptr;           // D, 64×N row-major
   Swizzle b_swizzle = Swizzle::b128;  // of B's tiles; MN-major B is loaded in chunks of S/2 columns
   bool wrong_desc = false;      // read B through a descriptor that claims no swizzle (K-major B only)
+  bool a_by_stores = false;     // A's tile written by the threads (ptx::swizzle_128b_offset), not by TMA
 };
 
 // Bytes of B's tile: N rows of 128 B (K-major), or N / (S/2) chunks of 64 k-rows × S bytes (MN-major).
@@ -81,9 +82,11 @@ constexpr int tile_b_bytes() {
   return kN * kRowBytes;
 }
 
-// One warpgroup: TMA loads A (64×64, K-major, 128B swizzle) and B, then D = A·B over 4 k-steps of
-// wgmma, the accumulator starting as NaN (the first k-step overwrites it: scale-d = 0).
-template <int kN, class Tag, AFrom kA, Major kMajorB>
+// One warpgroup: TMA loads A (64×64, 128B swizzle; K-major [m][k] or MN-major [k][m]) and B, then
+// D = A·B over 4 k-steps of wgmma, the accumulator starting as NaN (the first k-step overwrites it:
+// scale-d = 0). With args.a_by_stores the threads write A's tile with ordinary stores instead, then
+// fence.proxy.async and a barrier (the sm90 backward's dSᵀ).
+template <int kN, class Tag, AFrom kA, Major kMajorB, Major kMajorA = Major::K>
 __global__ void __launch_bounds__(kWarpgroup) wgmma_kernel(const __grid_constant__ CUtensorMap map_a,
                                                            const __grid_constant__ CUtensorMap map_b, GemmArgs args) {
   using namespace flashattn::ptx;
@@ -102,9 +105,16 @@ __global__ void __launch_bounds__(kWarpgroup) wgmma_kernel(const __grid_constant
     fence_mbarrier_init();
   }
   __syncthreads();
+  if (args.a_by_stores) {
+    for (int i = threadIdx.x; i < kM * kK; i += kWarpgroup) {
+      *reinterpret_cast<uint16_t*>(tile_a + swizzle_128b_offset(i / kK, 2 * (i % kK))) = args.a[i];
+    }
+    fence_proxy_async_shared_cta();
+    __syncthreads();
+  }
   if (threadIdx.x == 0) {
-    mbarrier_arrive_expect_tx(bar, kTileABytes + tile_b_bytes<kN>());
-    tma_load(smem_addr(tile_a), &map_a, bar, 0, 0);
+    mbarrier_arrive_expect_tx(bar, (args.a_by_stores ? 0 : kTileABytes) + tile_b_bytes<kN>());
+    if (!args.a_by_stores) tma_load(smem_addr(tile_a), &map_a, bar, 0, 0);
     if constexpr (kMajorB == Major::K) {
       tma_load(smem_addr(tile_b), &map_b, bar, 0, 0);
     } else {
@@ -129,7 +139,10 @@ __global__ void __launch_bounds__(kWarpgroup) wgmma_kernel(const __grid_constant
     }
   }
 
-  const uint64_t desc_a = wgmma_desc_k_major(smem_addr(tile_a), Swizzle::b128);
+  // A MN-major: one chunk of 64 m-columns (LBO unused), k-step k 16 rows further down.
+  const uint64_t desc_a = kMajorA == Major::K ? wgmma_desc_k_major(smem_addr(tile_a), Swizzle::b128)
+                                              : wgmma_desc_mn_major(smem_addr(tile_a), Swizzle::b128, kTileABytes);
+  const uint32_t a_step = kMajorA == Major::K ? 32 : 16 * kRowBytes;
   uint64_t desc_b;
   if constexpr (kMajorB == Major::K) {
     desc_b = args.wrong_desc ? make_wgmma_desc(smem_addr(tile_b), Swizzle::none, kRowBytes, 8 * kRowBytes)
@@ -149,7 +162,7 @@ __global__ void __launch_bounds__(kWarpgroup) wgmma_kernel(const __grid_constant
   for (int k = 0; k < kKSteps; ++k) {
     const uint64_t b = wgmma_desc_advance(desc_b, k * b_step);
     if constexpr (kA == AFrom::smem) {
-      wgmma_ss<kN, Tag, Major::K, kMajorB>(d, wgmma_desc_advance(desc_a, 32 * k), b, k > 0);
+      wgmma_ss<kN, Tag, kMajorA, kMajorB>(d, wgmma_desc_advance(desc_a, a_step * k), b, k > 0);
     } else {
       wgmma_rs<kN, Tag, kMajorB>(d, a_frag[k], b, k > 0);
     }
@@ -231,14 +244,14 @@ TileMapSpec map_2d(const void* data, int64_t inner, int64_t outer, int box_inner
   return spec;
 }
 
-// Runs wgmma_kernel<kN, Tag, kA, kMajorB> on random A, B and returns D (and the inputs' floats).
-template <int kN, class Tag, AFrom kA, Major kMajorB>
+// Runs wgmma_kernel<kN, Tag, kA, kMajorB, kMajorA> on random A, B and returns D (and the inputs' floats).
+template <int kN, class Tag, AFrom kA, Major kMajorB, Major kMajorA = Major::K>
 struct GemmRun {
-  std::vector<float> a, b;  // b as stored: [n][k] (K-major) or [k][n] (MN-major)
+  std::vector<float> a, b;  // as stored: a [m][k] or [k][m], b [n][k] (K-major) or [k][n] (MN-major)
   std::vector<float> d;
   bool launched = false;
 
-  void run(Swizzle b_swizzle, bool wrong_desc, uint32_t seed) {
+  void run(Swizzle b_swizzle, bool wrong_desc, uint32_t seed, bool a_by_stores = false) {
     std::mt19937 rng(seed);
     std::vector<uint16_t> a_bits, b_bits;
     nonzero_random<Tag>(rng, kM * kK, &a_bits, &a);
@@ -262,8 +275,9 @@ struct GemmRun {
     args.d = dd.ptr;
     args.b_swizzle = b_swizzle;
     args.wrong_desc = wrong_desc;
+    args.a_by_stores = a_by_stores;
     const int smem = kSmemAlign + kTileABytes + tile_b_bytes<kN>();
-    wgmma_kernel<kN, Tag, kA, kMajorB><<<1, kWarpgroup, smem>>>(map_a, map_b, args);
+    wgmma_kernel<kN, Tag, kA, kMajorB, kMajorA><<<1, kWarpgroup, smem>>>(map_a, map_b, args);
     FA_KERNEL_OK();
     d = dd.download();
     launched = true;
@@ -272,15 +286,20 @@ struct GemmRun {
   // B(k, n) as the product reads it.
   double b_at(int k, int n) const { return kMajorB == Major::K ? b[n * kK + k] : b[k * kN + n]; }
   HostProduct reference() const {
-    return host_product(a, kN, [&](int k, int n) { return b_at(k, n); });
+    std::vector<float> a_mk = a;  // A(m, k) at [m·kK + k]
+    if (kMajorA == Major::MN) {
+      for (int m = 0; m < kM; ++m)
+        for (int k = 0; k < kK; ++k) a_mk[m * kK + k] = a[k * kM + m];
+    }
+    return host_product(a_mk, kN, [&](int k, int n) { return b_at(k, n); });
   }
 };
 
-template <int kN, class Tag, AFrom kA, Major kMajorB>
-void check_wgmma(Swizzle b_swizzle = Swizzle::b128) {
+template <int kN, class Tag, AFrom kA, Major kMajorB, Major kMajorA = Major::K>
+void check_wgmma(Swizzle b_swizzle = Swizzle::b128, bool a_by_stores = false) {
   FA_REQUIRE_SM90();
-  GemmRun<kN, Tag, kA, kMajorB> r;
-  r.run(b_swizzle, false, 1234 + kN);
+  GemmRun<kN, Tag, kA, kMajorB, kMajorA> r;
+  r.run(b_swizzle, false, 1234 + kN, a_by_stores);
   if (!r.launched) return;
   const HostProduct ref = r.reference();
   int first = -1;
@@ -317,6 +336,16 @@ TEST(CudaPtxSm90, WgmmaRsMnMajorBf16N96Swizzle64) {
 TEST(CudaPtxSm90, WgmmaRsMnMajorF16N128) { check_wgmma<128, F16, AFrom::registers, Major::MN>(); }
 TEST(CudaPtxSm90, WgmmaRsMnMajorF16N192) { check_wgmma<192, F16, AFrom::registers, Major::MN>(); }
 TEST(CudaPtxSm90, WgmmaSsMnMajorBf16N128) { check_wgmma<128, BF16, AFrom::smem, Major::MN>(); }
+// dQ = dS·K of the sm90 backward: A MN-major ([k][m], dSᵀ as stored), B MN-major, N = 64; A loaded
+// by TMA, and written by the threads through swizzle_128b_offset as the backward writes dSᵀ.
+TEST(CudaPtxSm90, WgmmaSsMnMajorABf16N64) { check_wgmma<64, BF16, AFrom::smem, Major::MN, Major::MN>(); }
+TEST(CudaPtxSm90, WgmmaSsMnMajorAF16N64) { check_wgmma<64, F16, AFrom::smem, Major::MN, Major::MN>(); }
+TEST(CudaPtxSm90, WgmmaSsMnMajorAStoredBf16N64) {
+  check_wgmma<64, BF16, AFrom::smem, Major::MN, Major::MN>(Swizzle::b128, true);
+}
+TEST(CudaPtxSm90, WgmmaSsKMajorAStoredBf16N64) {
+  check_wgmma<64, BF16, AFrom::smem, Major::K, Major::K>(Swizzle::b128, true);
+}
 
 // The comparison can fail: the right result does not match the product with B transposed (B's
 // storage read the other way), and B read through a descriptor without the swizzle does not match

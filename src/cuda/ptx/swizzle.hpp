@@ -17,4 +17,11 @@ enum class Swizzle : int { none = 0, b32 = 32, b64 = 64, b128 = 128 };
 // Bytes in one repeat of the pattern (8 rows of S bytes); 0 for none.
 constexpr int swizzle_atom_bytes(Swizzle s) { return 8 * static_cast<int>(s); }
 
+// Where byte `byte` (0..127) of row `row` of a 128B-swizzled tile lies, from the tile's start: what a
+// thread storing into such a tile with ordinary stores writes to (the sm90 backward's dSᵀ), so that
+// wgmma reads it as it reads TMA's tiles.
+constexpr int swizzle_128b_offset(int row, int byte) {
+  return row * 128 + (((byte >> 4) ^ (row & 7)) << 4) + (byte & 15);
+}
+
 }  // namespace flashattn::ptx

@@ -3,7 +3,8 @@
 //
 // Workspace (fp32 / int32, each sub-buffer 256-byte aligned), for R padded query rows:
 //   dq_accum  [heads_q][R][head_dim]   dQ accumulated by red.global.add (head_dim: the instance's);
-//                                      within each block_m-row tile, fragment order (DqLayout)
+//                                      within each block_m-row tile, fragment order (DqLayout),
+//                                      or row-major where dq_row_major (the sm90 backward)
 //   lse_log2  [heads_q][R]             LSE·log2(e); +inf on padding rows, so P = 0 there
 //   dsum      [heads_q][R]             D = rowsum(dO ∘ O); 0 on padding rows
 //   counters  [heads_q][R / block_m]   deterministic mode: how many key blocks have added into
@@ -84,6 +85,7 @@ struct BwdKernelParams {
   float* tail_dkv = nullptr;
   int32_t* tail_done = nullptr;
   int64_t tail_zero_vec4 = 0;  // 16-byte words from tail_dkv through tail_done: the preprocess zeroes them
+  bool dq_row_major = false;   // dq_accum tiles in plain row order (the sm90 backward's) instead of DqLayout
 };
 
 // First workspace row of sequence b (see the top of this file). q_offset = cu_seqlens_q[b] (varlen).

@@ -15,6 +15,7 @@
 #include "cuda/common/scores.cuh"
 #include "cuda/sm80/bwd_launch.hpp"
 #include "cuda/sm80/bwd_split.hpp"
+#include "cuda/sm80/bwd_workspace.hpp"
 #include "cuda/sm80/bwd_tile.cuh"
 #include "cuda/sm80/instances.hpp"
 
@@ -141,19 +142,14 @@ Status check_all_aligned(const BwdParams& p) {
   return Status::success();
 }
 
-struct WorkspaceLayout {
-  int64_t rows = 0;  // R, padded query rows per head
-  std::size_t dq_accum = 0, lse_log2 = 0, dsum = 0, counters = 0, tail_dkv = 0, tail_done = 0, bytes = 0;
-  BwdSplit split;
-};
+}  // namespace
 
-WorkspaceLayout workspace_layout(const BwdParams& p, int head_dim, int num_sms) {
+WorkspaceLayout workspace_layout(const BwdParams& p, int head_dim, int block_m, int block_n, const BwdSplit& split) {
   constexpr std::size_t kAlign = 256;
   const auto up = [](std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
-  const BwdTile tile = bwd_tile(head_dim, false);
-  const int bm = tile.block_m;
+  const int bm = block_m;
   WorkspaceLayout w;
-  w.split = split_for(p, tile, num_sms);
+  w.split = split;
   w.rows = ws_rows(static_cast<int>(p.batch), p.total_q, p.is_varlen(), static_cast<int>(p.seqlen_q), bm);
   const std::size_t rows = static_cast<std::size_t>(w.rows) * static_cast<std::size_t>(p.heads_q);
   std::size_t off = 0;
@@ -167,15 +163,14 @@ WorkspaceLayout workspace_layout(const BwdParams& p, int head_dim, int num_sms) 
   off = up(off + rows / bm * sizeof(int32_t));
   w.tail_dkv = off;
   const std::size_t sums_per_block = p.deterministic ? w.split.parts : 1;  // bwd_epilogue.cuh
-  off = up(off + std::size_t(w.split.tail) * sums_per_block * 2 * tile.block_n * head_dim * sizeof(float));
+  off = up(off + std::size_t(w.split.tail) * sums_per_block * 2 * block_n * head_dim * sizeof(float));
   w.tail_done = off;
   off = up(off + std::size_t(w.split.tail) * sizeof(int32_t));
   w.bytes = off;
   return w;
 }
 
-BwdKernelParams kernel_params(const BwdParams& p, int head_dim, const WorkspaceLayout& w) {
-  const BwdTile tile = bwd_tile(head_dim, false);
+BwdKernelParams kernel_params(const BwdParams& p, int head_dim, int block_m, int block_n, const WorkspaceLayout& w) {
   BwdKernelParams k;
   k.q = p.q;
   k.k = p.k;
@@ -211,7 +206,6 @@ BwdKernelParams kernel_params(const BwdParams& p, int head_dim, const WorkspaceL
   k.scores = make_score_transform(p.options);
   k.score_slope = make_score_slope(k.scores);
   k.deterministic = p.deterministic;
-  k.key_blocks_outer = key_blocks_outer(p, tile);
   char* ws = static_cast<char*>(p.workspace);
   k.dq_accum = reinterpret_cast<float*>(ws + w.dq_accum);
   k.lse_log2 = reinterpret_cast<float*>(ws + w.lse_log2);
@@ -219,9 +213,9 @@ BwdKernelParams kernel_params(const BwdParams& p, int head_dim, const WorkspaceL
   k.counters = reinterpret_cast<int32_t*>(ws + w.counters);
   k.ws_rows = w.rows;
   k.head_dim = head_dim;
-  k.block_m = tile.block_m;
-  k.num_m_blocks = static_cast<int>((p.seqlen_q + tile.block_m - 1) / tile.block_m);
-  k.num_n_blocks = static_cast<int>((p.seqlen_k + tile.block_n - 1) / tile.block_n);
+  k.block_m = block_m;
+  k.num_m_blocks = static_cast<int>((p.seqlen_q + block_m - 1) / block_m);
+  k.num_n_blocks = static_cast<int>((p.seqlen_k + block_n - 1) / block_n);
   k.split_first = w.split.first;
   k.split_tail = w.split.tail;
   k.split_parts = w.split.parts;
@@ -230,6 +224,8 @@ BwdKernelParams kernel_params(const BwdParams& p, int head_dim, const WorkspaceL
   k.tail_zero_vec4 = static_cast<int64_t>((w.bytes - w.tail_dkv) / 16);
   return k;
 }
+
+namespace {
 
 struct BwdPlanDetail {
   BwdRunFn launch_main;
@@ -283,7 +279,8 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
   const bool big_smem = use_big_tile(dev, head_dim);
   const int i = dtype_index(p.dtype);
   FLASHATTN_TRY(inst->bwd_check[i](big_smem));
-  const BwdPlanDetail d{inst->bwd_run[i], head_dim, big_smem, workspace_layout(p, head_dim, dev.num_sms)};
+  const BwdPlanDetail d{inst->bwd_run[i], head_dim, big_smem,
+                        workspace_layout(p, head_dim, tile.block_m, tile.block_n, split_for(p, tile, dev.num_sms))};
   plan->workspace_bytes = d.workspace.bytes;
   plan->workspace_alignment = 16;  // the kernels' vector loads and stores of the fp32 sums
   plan->set(d);
@@ -293,7 +290,9 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
 Status run_backward(const Plan& plan, const BwdParams& p) {
   const BwdPlanDetail d = plan.get<BwdPlanDetail>();
   const WorkspaceLayout& w = d.workspace;
-  const BwdKernelParams k = kernel_params(p, d.head_dim, w);
+  const BwdTile tile = bwd_tile(d.head_dim, false);
+  BwdKernelParams k = kernel_params(p, d.head_dim, tile.block_m, tile.block_n, w);
+  k.key_blocks_outer = key_blocks_outer(p, tile);
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   FLASHATTN_TRY(launch_bwd_preprocess(k, p.dtype, stream));
   FLASHATTN_TRY(d.launch_main(k, stream, d.big_smem));

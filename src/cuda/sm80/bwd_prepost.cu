@@ -4,7 +4,8 @@
 //                tile set to D = 0, LSE = +inf (so the main kernel's P is 0 there); the tile's
 //                dq_accum rows and its deterministic-mode counter zeroed, and a share of the
 //                split tail's sums and counters (one launch fewer than a memset of their own).
-//   postprocess: dq = dq_accum · softmax_scale, converted to the output dtype, strided store.
+//   postprocess: dq = dq_accum · softmax_scale, converted to the output dtype, strided store
+//                (dq_accum in the sm80 main kernel's fragment order, or row-major: the sm90 one's).
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -147,6 +148,20 @@ __device__ void store_dq_tile(const DqLayout& layout, const float* src, uint16_t
   }
 }
 
+// The same for a row-major accumulator tile ([block_m][head_dim]).
+template <class Tag>
+__device__ void store_dq_rows(const float* src, uint16_t* dst, int64_t row_stride, int head_dim, int rows,
+                              int chunks, float scale) {
+  for (int i = threadIdx.x; i < rows * chunks; i += kPrepostThreads) {
+    const int r = i / chunks, c = (i % chunks) * 8;
+    const float4* chunk = reinterpret_cast<const float4*>(src + r * head_dim + c);
+    const float4 a = chunk[0], b = chunk[1];
+    *reinterpret_cast<uint4*>(dst + r * row_stride + c) =
+        make_uint4(ptx::pack2<Tag>(a.x * scale, a.y * scale), ptx::pack2<Tag>(a.z * scale, a.w * scale),
+                   ptx::pack2<Tag>(b.x * scale, b.y * scale), ptx::pack2<Tag>(b.z * scale, b.w * scale));
+  }
+}
+
 template <class Tag>
 __global__ void __launch_bounds__(kPrepostThreads) bwd_postprocess_kernel(const __grid_constant__ BwdKernelParams p) {
   const QueryTile q = query_tile(p);
@@ -156,7 +171,9 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_postprocess_kernel(const 
   uint16_t* dst = static_cast<uint16_t*>(p.dq) +
                   gmem_offset(q.b, q.seq.q_offset + q.m0, q.hq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
   const BwdTile tile = bwd_tile(p.head_dim, false);  // the main kernel's dQ order (bwd_tile.cuh)
-  if (dq_red_width(tile) == 4) {
+  if (p.dq_row_major) {
+    store_dq_rows<Tag>(src, dst, p.dq_row_stride, p.head_dim, rows, p.hdim_qk / 8, p.scale);
+  } else if (dq_red_width(tile) == 4) {
     store_dq_tile<Tag, 4>(DqLayout(tile, 4), src, dst, p.dq_row_stride, p.block_m, rows, p.hdim_qk / 8, p.scale);
   } else {
     store_dq_tile<Tag, 2>(DqLayout(tile, 2), src, dst, p.dq_row_stride, p.block_m, rows, p.hdim_qk / 8, p.scale);

@@ -1,0 +1,396 @@
+// The sm90 backward's main kernel (docs/kernels-sm90-backward.md): one CTA per key block of 128 keys
+// (and kv head, sequence), dK and dV in registers over every query block of every query head of the
+// kv head's group, wgmma for all five products. Two warpgroups, 64 keys each. Per step (a query
+// block of 64 rows of one query head), with Q, dO, LSE·log2e and D of the step in shared memory:
+//
+//   Sᵀ  = K_w·Qᵀ,  dPᵀ = V_w·dOᵀ                 (SS; this warpgroup's keys as the M dimension)
+//   Pᵀ  = exp2(Sᵀ·scale·log2e − LSE·log2e)       (masked where the tile straddles the mask)
+//   dSᵀ = Pᵀ∘(dPᵀ − D)                            → shared memory, [key][query]
+//   dV += Pᵀ·dO,  dK += dSᵀ·Q                     (RS: Pᵀ and dSᵀ from registers, as the forward's P)
+//   ── both warpgroups' dSᵀ stored (named barrier) ──
+//   dQ[:, half w] = dS·K[:, half w]               (SS: dS as the MN-major A operand), red.add into
+//                                                 the fp32 accumulator (row-major rows of the
+//                                                 workspace, bwd_params.cuh; the postprocess scales)
+//
+// The queries' side is the transposed one (FlashAttention-3's): the wgmma accumulator of Sᵀ has the
+// keys as rows, so P and dS feed dV and dK from registers with no shuffle, and the key-side sums
+// stay in registers. Thread 0 issues the TMA loads of a step two steps ahead (three stages, each
+// freed by the named barrier of the step in between); LSE and D are read by 128 threads into
+// shared memory the same two steps ahead. Keys past seqlen_k are zero-filled by TMA and masked;
+// query rows past seqlen_q are zero-filled (Q, dO) and have LSE = +inf in the workspace (P = 0).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "cuda/common/mask.cuh"
+#include "cuda/common/scores.cuh"
+#include "cuda/common/seqlen.cuh"
+#include "cuda/ptx/barrier.cuh"
+#include "cuda/ptx/fence.cuh"
+#include "cuda/ptx/ldmatrix.cuh"
+#include "cuda/ptx/math.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/red.cuh"
+#include "cuda/ptx/tma.cuh"
+#include "cuda/ptx/wgmma.cuh"
+#include "cuda/sm80/bwd_params.cuh"
+#include "cuda/sm90/fwd_shape.hpp"
+
+namespace flashattn::cuda::sm90 {
+
+using sm80::BwdKernelParams;
+
+template <class TagT, int kHeadDim>
+struct BwdTraits {
+  using Tag = TagT;
+  static constexpr int kD = kHeadDim;
+  static constexpr int kBlockN = 2 * kWarpgroupRows;  // keys per CTA, 64 per warpgroup
+  static constexpr int kBlockM = 64;                  // query rows per step
+  static constexpr int kThreads = 2 * kWarpgroupThreads;
+  static constexpr int kStages = 3;
+  static constexpr int kChunks = kD / kSwizzleCols;
+  static constexpr uint32_t kKVChunkBytes = kBlockN * kSwizzleRowBytes;
+  static constexpr uint32_t kKVBytes = kChunks * kKVChunkBytes;
+  static constexpr uint32_t kQChunkBytes = kBlockM * kSwizzleRowBytes;
+  static constexpr uint32_t kQBytes = kChunks * kQChunkBytes;
+  static constexpr uint32_t kDsBytes = kBlockN * kBlockM * 2;  // [key][query]: 64 queries are one 128-byte row
+  // Shared memory, every tile on a swizzle atom: K, V, the Q and dO stages, two dS buffers, then
+  // LSE·log2e and D per stage.
+  static constexpr uint32_t kK = 0, kV = kKVBytes, kQ = 2 * kKVBytes;
+  static constexpr uint32_t kDO = kQ + kStages * kQBytes;
+  static constexpr uint32_t kDS = kDO + kStages * kQBytes;
+  static constexpr uint32_t kRowScalars = kDS + 2 * kDsBytes;
+  static constexpr uint32_t kSmemBytes = kRowScalars + kStages * 2 * kBlockM * 4 + kSwizzleAtomBytes;
+  // dQ = dS·K per warpgroup: at D = 128 half the columns (its 64-column chunk of K) over all 128
+  // keys; at D = 64 every column over its own 64 keys, the two partials both added (a chunk is not
+  // split, and the accumulator stays at 32 floats a thread either way).
+  static constexpr bool kDqOwnKeys = kD == 64;
+  static constexpr int kDqCols = kDqOwnKeys ? kD : kD / 2;
+  static constexpr int kDqKeys = kDqOwnKeys ? kWarpgroupRows : kBlockN;
+  static_assert(kD == 64 || kD == 128, "dQ's split is written for D = 64 and 128");
+  static_assert(kSmemBytes <= 227 * 1024);
+};
+
+// The named barrier of a step: both warpgroups' dSᵀ are stored (0 is __syncthreads).
+inline constexpr uint32_t kDsBarrier = 1;
+
+template <class Traits>
+struct BwdSmem {
+  uint32_t base;            // shared-window address, on a swizzle atom
+  unsigned char* generic;   // the same byte, as a generic address
+  float* row_scalars;
+  uint32_t bars;  // kv_full, then q_full per stage
+
+  __device__ uint32_t k() const { return base + Traits::kK; }
+  __device__ uint32_t v() const { return base + Traits::kV; }
+  __device__ uint32_t q(int s) const { return base + Traits::kQ + s * Traits::kQBytes; }
+  __device__ uint32_t dout(int s) const { return base + Traits::kDO + s * Traits::kQBytes; }
+  __device__ uint32_t ds(int b) const { return base + Traits::kDS + b * Traits::kDsBytes; }
+  __device__ float* lse(int s) const { return row_scalars + s * 2 * Traits::kBlockM; }
+  __device__ float* dsum(int s) const { return lse(s) + Traits::kBlockM; }
+  __device__ uint32_t kv_full() const { return bars; }
+  __device__ uint32_t q_full(int s) const { return bars + 8 * (1 + s); }
+};
+
+// The CTA's key block and the steps it walks: query blocks [m_begin, m_begin + m_count) of each of
+// the group's query heads, head-major.
+struct BwdKeyBlock {
+  int batch, head_kv, n0;
+  Mask mask;
+  int m_begin, m_count, steps;
+  int64_t ws_row0;  // the sequence's first workspace row (bwd_params.cuh)
+
+  __device__ int head(const BwdKernelParams& p, int k) const { return head_kv * p.group + k / m_count; }
+  __device__ int m0(int k, int bm) const { return (m_begin + k % m_count) * bm; }
+  // Workspace row (of all heads) of the step's first query row.
+  __device__ int64_t ws_row(const BwdKernelParams& p, int k, int bm) const {
+    return int64_t{head(p, k)} * p.ws_rows + ws_row0 + m0(k, bm);
+  }
+};
+
+// blockIdx.x = key block + num_n_blocks · (kv head + heads_kv · sequence): under a causal mask the
+// first key blocks walk the most steps and start first.
+template <class Traits>
+__device__ __forceinline__ BwdKeyBlock bwd_key_block(const BwdKernelParams& p) {
+  BwdKeyBlock b;
+  int bid = static_cast<int>(blockIdx.x);
+  const int n_block = bid % p.num_n_blocks;
+  bid /= p.num_n_blocks;
+  b.head_kv = bid % p.heads_kv;
+  b.batch = bid / p.heads_kv;
+  b.n0 = n_block * Traits::kBlockN;
+  b.mask = Mask{p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
+  b.m_begin = b.mask.m_block_begin(b.n0, Traits::kBlockM);
+  b.m_count = b.mask.m_block_count(b.n0, Traits::kBlockN, Traits::kBlockM);
+  b.steps = b.m_count * p.group;
+  b.ws_row0 = sm80::ws_row_start(b.batch, 0, false, p.seqlen_q, Traits::kBlockM);
+  return b;
+}
+
+// K-step ks (16 columns) of a K-major tile of 64-column chunks `chunk_bytes` apart.
+__device__ __forceinline__ uint32_t k_step_bytes(int ks, uint32_t chunk_bytes) {
+  return (ks / 4) * chunk_bytes + 32 * (ks % 4);
+}
+
+template <class Traits>
+struct BwdMainloop {
+  using Tag = typename Traits::Tag;
+  static constexpr ptx::Swizzle kSw = ptx::Swizzle::b128;
+  static constexpr int kN = Traits::kBlockM;  // columns of Sᵀ and dPᵀ: the step's queries
+
+  const BwdSmem<Traits>& sm;
+  const BwdKernelParams& p;
+  const CUtensorMap* tm_q;
+  const CUtensorMap* tm_do;
+  const BwdKeyBlock& kb;
+  int tid, wg, row0, g, t;  // row0: this warp's first key row within the CTA's block
+
+  // ---- loads (thread 0; LSE and D: threads 0..127) ----------------------------------------------
+  __device__ void load_step(int k) const {
+    const int s = k % Traits::kStages, head = kb.head(p, k), m0 = kb.m0(k, Traits::kBlockM);
+    ptx::mbarrier_arrive_expect_tx(sm.q_full(s), 2 * Traits::kQBytes);
+#pragma unroll
+    for (int c = 0; c < Traits::kChunks; ++c) {
+      ptx::tma_load(sm.q(s) + c * Traits::kQChunkBytes, tm_q, sm.q_full(s), c * kSwizzleCols, m0, head, kb.batch);
+      ptx::tma_load(sm.dout(s) + c * Traits::kQChunkBytes, tm_do, sm.q_full(s), c * kSwizzleCols, m0, head, kb.batch);
+    }
+  }
+  // Thread tid < 128's LSE·log2e (tid < 64) or D (64 ≤ tid < 128) of row tid % 64 of step k.
+  __device__ float read_row_scalar(int k) const {
+    const int64_t row = kb.ws_row(p, k, Traits::kBlockM) + tid % Traits::kBlockM;
+    return tid < Traits::kBlockM ? p.lse_log2[row] : p.dsum[row];
+  }
+  __device__ void store_row_scalar(int k, float x) const { sm.lse(k % Traits::kStages)[tid] = x; }
+
+  // ---- the products -----------------------------------------------------------------------------
+  // acc = (this warpgroup's 64 rows of `rows_tile`)·(stage tile)ᵀ: Sᵀ (K, Q) or dPᵀ (V, dO).
+  __device__ __forceinline__ void issue_transposed_scores(float (&acc)[kN / 2], uint32_t rows_tile,
+                                                          uint32_t step_tile) const {
+    const uint64_t desc_a = ptx::wgmma_desc_k_major(rows_tile + wg * kWarpgroupRows * kSwizzleRowBytes, kSw);
+    const uint64_t desc_b = ptx::wgmma_desc_k_major(step_tile, kSw);
+#pragma unroll
+    for (int ks = 0; ks < Traits::kD / 16; ++ks) {
+      ptx::wgmma_ss<kN, Tag>(acc, ptx::wgmma_desc_advance(desc_a, k_step_bytes(ks, Traits::kKVChunkBytes)),
+                             ptx::wgmma_desc_advance(desc_b, k_step_bytes(ks, Traits::kQChunkBytes)), ks > 0);
+    }
+    ptx::wgmma_commit();
+  }
+
+  // acc += A·(stage tile), A the packed Pᵀ or dSᵀ (k-dim: the step's queries); the stage tile (dO or
+  // Q) is the MN-major B operand, as V in the forward's P·V.
+  __device__ __forceinline__ void issue_key_side(float (&acc)[Traits::kD / 2], const uint32_t (&a)[kN / 16][4],
+                                                 uint32_t step_tile) const {
+    const uint64_t desc_b = ptx::wgmma_desc_mn_major(step_tile, kSw, Traits::kQChunkBytes);
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      ptx::wgmma_rs<Traits::kD, Tag, ptx::Major::MN>(
+          acc, a[kk], ptx::wgmma_desc_advance(desc_b, kk * 16 * kSwizzleRowBytes), true);
+    }
+  }
+
+  // This warpgroup's dQ part (Traits::kDqOwnKeys): dS [key][query] as the MN-major A operand (M = the
+  // 64 queries, one chunk), K as the MN-major B operand; k runs over all 128 keys for K's chunk wg
+  // (D = 128) or over this warpgroup's 64 keys for all of K (D = 64).
+  __device__ __forceinline__ void issue_dq(float (&dq)[Traits::kDqCols / 2], int buf) const {
+    const uint32_t first_key = Traits::kDqOwnKeys ? wg * kWarpgroupRows * kSwizzleRowBytes : 0;
+    const uint32_t chunk = Traits::kDqOwnKeys ? 0 : wg * Traits::kKVChunkBytes;
+    const uint64_t desc_a = ptx::wgmma_desc_mn_major(sm.ds(buf) + first_key, kSw, Traits::kDsBytes);
+    const uint64_t desc_b = ptx::wgmma_desc_mn_major(sm.k() + chunk + first_key, kSw, Traits::kKVChunkBytes);
+#pragma unroll
+    for (int kk = 0; kk < Traits::kDqKeys / 16; ++kk) {
+      ptx::wgmma_ss<Traits::kDqCols, Tag, ptx::Major::MN, ptx::Major::MN>(
+          dq, ptx::wgmma_desc_advance(desc_a, kk * 16 * kSwizzleRowBytes),
+          ptx::wgmma_desc_advance(desc_b, kk * 16 * kSwizzleRowBytes), kk > 0);
+    }
+    ptx::wgmma_commit();
+  }
+
+  // ---- the elementwise part ---------------------------------------------------------------------
+  // Pᵀ in place of Sᵀ. Element 4j + e: key row0 + g (+8 for e ≥ 2), query 8j + 2t (+1 for odd e).
+  __device__ __forceinline__ void probabilities(float (&s)[kN / 2], int k, float mult) const {
+    const float* lse = sm.lse(k % Traits::kStages);
+    const int m0 = kb.m0(k, Traits::kBlockM);
+    const bool masked = kb.mask.tile_needs_mask(m0, Traits::kBlockM, kb.n0, Traits::kBlockN);
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) {
+      const float2 l = *reinterpret_cast<const float2*>(lse + 8 * j + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = fmaf(s[4 * j + e], mult, -(e & 1 ? l.y : l.x));
+        if (masked) {
+          const int key = kb.n0 + row0 + g + (e >= 2 ? 8 : 0), query = m0 + 8 * j + 2 * t + (e & 1);
+          if (!kb.mask.visible(query, key)) x = kMaskedScore;
+        }
+        s[4 * j + e] = ptx::exp2_approx(x);
+      }
+    }
+  }
+
+  // dSᵀ = Pᵀ∘(dPᵀ − D) in place of dPᵀ.
+  __device__ __forceinline__ void score_gradients(float (&dp)[kN / 2], const float (&pr)[kN / 2], int k) const {
+    const float* dsum = sm.dsum(k % Traits::kStages);
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) {
+      const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * j + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[4 * j + e] = pr[4 * j + e] * (dp[4 * j + e] - (e & 1 ? d.y : d.x));
+    }
+  }
+
+  // Columns 16kk .. 16kk + 15 of an accumulator, packed pairwise: the A fragment of k-step kk.
+  __device__ __forceinline__ static void pack(uint32_t (&a)[kN / 16][4], const float (&x)[kN / 2]) {
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a[kk][r] = ptx::pack2<Tag>(x[8 * kk + 2 * r], x[8 * kk + 2 * r + 1]);
+    }
+  }
+
+  // dSᵀ into the 128B-swizzled [key][query] tile (a row: the key's 64 queries, 128 bytes).
+  __device__ __forceinline__ void store_ds(const float (&ds)[kN / 2], int buf) const {
+    unsigned char* tile = sm.generic + Traits::kDS + buf * Traits::kDsBytes;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = row0 + g + 8 * half;
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) {
+        *reinterpret_cast<uint32_t*>(tile + ptx::swizzle_128b_offset(r, 16 * j + 4 * t)) =
+            ptx::pack2<Tag>(ds[4 * j + 2 * half], ds[4 * j + 2 * half + 1]);
+      }
+    }
+  }
+
+  // red.add of this warpgroup's dQ part into the step's accumulator rows.
+  __device__ __forceinline__ void add_dq(const float (&dq)[Traits::kDqCols / 2], int k) const {
+    const int64_t row = kb.ws_row(p, k, Traits::kBlockM) + (row0 % kWarpgroupRows) + g;
+    float* dst = p.dq_accum + row * Traits::kD + (Traits::kDqOwnKeys ? 0 : wg * Traits::kDqCols) + 2 * t;
+#pragma unroll
+    for (int j = 0; j < Traits::kDqCols / 8; ++j) {
+      ptx::red_add_v2_f32(dst + 8 * j, dq[4 * j], dq[4 * j + 1]);
+      ptx::red_add_v2_f32(dst + 8 * Traits::kD + 8 * j, dq[4 * j + 2], dq[4 * j + 3]);
+    }
+  }
+};
+
+// dK·scale and dV of this warp's rows, converted and stored (rows past seqlen_k are not written).
+template <class Traits>
+__device__ __forceinline__ void store_key_side(const BwdKernelParams& p, const BwdKeyBlock& kb, int row0, int g,
+                                               int t, const float (&dk)[Traits::kD / 2],
+                                               const float (&dv)[Traits::kD / 2]) {
+  using Tag = typename Traits::Tag;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int key = kb.n0 + row0 + g + 8 * half;
+    if (key >= kb.mask.seqlen_k) continue;
+    uint16_t* dk_row = static_cast<uint16_t*>(p.dk) +
+                       gmem_offset(kb.batch, key, kb.head_kv, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+    uint16_t* dv_row = static_cast<uint16_t*>(p.dv) +
+                       gmem_offset(kb.batch, key, kb.head_kv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+#pragma unroll
+    for (int j = 0; j < Traits::kD / 8; ++j) {
+      const int e = 4 * j + 2 * half;
+      *reinterpret_cast<uint32_t*>(dk_row + 8 * j + 2 * t) = ptx::pack2<Tag>(dk[e] * p.scale, dk[e + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv_row + 8 * j + 2 * t) = ptx::pack2<Tag>(dv[e], dv[e + 1]);
+    }
+  }
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+               const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+               const __grid_constant__ BwdKernelParams p) {
+#if FLASHATTN_PTX_SM90A
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ uint64_t bars[1 + Traits::kStages];
+  const uint32_t raw = ptx::smem_addr(smem_raw);
+  const uint32_t base = (raw + kSwizzleAtomBytes - 1) / kSwizzleAtomBytes * kSwizzleAtomBytes;
+  unsigned char* generic = smem_raw + (base - raw);
+  const BwdSmem<Traits> sm{base, generic, reinterpret_cast<float*>(generic + Traits::kRowScalars),
+                           ptx::smem_addr(&bars[0])};
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32;
+  const BwdKeyBlock kb = bwd_key_block<Traits>(p);
+  const int wg = tid / kWarpgroupThreads;
+  const int row0 = wg * kWarpgroupRows + (tid % kWarpgroupThreads / 32) * 16;
+  const BwdMainloop<Traits> ml{sm, p, &tm_q, &tm_do, kb, tid, wg, row0, lane / 4, lane % 4};
+
+  if (tid == 0) {
+    ptx::mbarrier_init(sm.kv_full(), 1);
+#pragma unroll
+    for (int s = 0; s < Traits::kStages; ++s) ptx::mbarrier_init(sm.q_full(s), 1);
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (tid == 0 && kb.steps > 0) {
+    ptx::mbarrier_arrive_expect_tx(sm.kv_full(), 2 * Traits::kKVBytes);
+#pragma unroll
+    for (int c = 0; c < Traits::kChunks; ++c) {
+      ptx::tma_load(sm.k() + c * Traits::kKVChunkBytes, &tm_k, sm.kv_full(), c * kSwizzleCols, kb.n0, kb.head_kv,
+                    kb.batch);
+      ptx::tma_load(sm.v() + c * Traits::kKVChunkBytes, &tm_v, sm.kv_full(), c * kSwizzleCols, kb.n0, kb.head_kv,
+                    kb.batch);
+    }
+    for (int k = 0; k < 2 && k < kb.steps; ++k) ml.load_step(k);
+  }
+  if (tid < 2 * Traits::kBlockM) {
+    for (int k = 0; k < 2 && k < kb.steps; ++k) ml.store_row_scalar(k, ml.read_row_scalar(k));
+  }
+  __syncthreads();
+
+  float dk[Traits::kD / 2], dv[Traits::kD / 2];
+#pragma unroll
+  for (int i = 0; i < Traits::kD / 2; ++i) dk[i] = dv[i] = 0.f;
+  const float mult = p.scale * kLog2e;  // S → log2-domain logits (scale > 0 or not: P's formula is the same)
+  if (kb.steps > 0) ptx::mbarrier_wait(sm.kv_full(), 0);
+
+  for (int k = 0; k < kb.steps; ++k) {
+    const int s = k % Traits::kStages, buf = k & 1;
+    ptx::mbarrier_wait(sm.q_full(s), (k / Traits::kStages) & 1);
+    float st[BwdMainloop<Traits>::kN / 2], dpt[BwdMainloop<Traits>::kN / 2];
+    ptx::wgmma_fence();
+    ml.issue_transposed_scores(st, sm.k(), sm.q(s));
+    ml.issue_transposed_scores(dpt, sm.v(), sm.dout(s));
+    ptx::wgmma_wait<1>();
+    ptx::wgmma_fence_operand(st);
+    ml.probabilities(st, k, mult);
+    ptx::wgmma_wait<0>();
+    ptx::wgmma_fence_operand(dpt);
+    ml.score_gradients(dpt, st, k);
+
+    uint32_t pa[BwdMainloop<Traits>::kN / 16][4], da[BwdMainloop<Traits>::kN / 16][4];
+    BwdMainloop<Traits>::pack(pa, st);
+    BwdMainloop<Traits>::pack(da, dpt);
+    ml.store_ds(dpt, buf);
+    ptx::wgmma_fence_operand(dv);
+    ptx::wgmma_fence_operand(dk);
+    ptx::wgmma_fence();
+    ml.issue_key_side(dv, pa, sm.dout(s));
+    ml.issue_key_side(dk, da, sm.q(s));
+    ptx::wgmma_commit();
+
+    ptx::fence_proxy_async_shared_cta();  // dSᵀ's generic stores, before wgmma reads them
+    ptx::named_barrier_sync(kDsBarrier, Traits::kThreads);
+    // Every thread is past step k − 1's last wait: stage (k + 2) % 3 is free.
+    if (tid == 0 && k + 2 < kb.steps) ml.load_step(k + 2);
+    float next_scalar = 0.f;
+    if (tid < 2 * Traits::kBlockM && k + 2 < kb.steps) next_scalar = ml.read_row_scalar(k + 2);
+
+    float dq[Traits::kDqCols / 2];
+    ptx::wgmma_fence();
+    ml.issue_dq(dq, buf);
+    ptx::wgmma_wait<0>();
+    ptx::wgmma_fence_operand(dq);
+    ptx::wgmma_fence_operand(dv);
+    ptx::wgmma_fence_operand(dk);
+    ml.add_dq(dq, k);
+    if (tid < 2 * Traits::kBlockM && k + 2 < kb.steps) ml.store_row_scalar(k + 2, next_scalar);
+  }
+  store_key_side<Traits>(p, kb, row0, lane / 4, lane % 4, dk, dv);
+#else
+  FLASHATTN_PTX_UNSUPPORTED("the sm90 backward kernel needs sm_90a");
+#endif
+}
+
+}  // namespace flashattn::cuda::sm90

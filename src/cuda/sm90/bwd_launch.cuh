@@ -1,0 +1,55 @@
+// Launch code of the sm90 backward's main kernel: the tensor maps (Q and dO boxes of a step's 64
+// rows, K and V boxes of the CTA's 128 keys; the forward's rank-4 views, fwd_maps.hpp), the grid (one
+// CTA per key block, kv head and sequence) and shared memory from its traits. Included only by the
+// per-instance translation units.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "api/status_try.hpp"
+#include "cuda/common/host_runtime.hpp"
+#include "cuda/sm90/bwd_kernel.cuh"
+#include "cuda/sm90/bwd_launch.hpp"
+#include "cuda/sm90/bwd_maps.hpp"
+
+namespace flashattn::cuda::sm90 {
+
+inline constexpr const char* kBwdWho = "cuda sm90 backward";
+
+template <class Tag, int kHeadDim>
+Status bwd_run(const BwdParams& p, const sm80::BwdKernelParams& k) {
+  using Traits = BwdTraits<Tag, kHeadDim>;
+  static_assert(Traits::kBlockN == kBwdBlockN && Traits::kBlockM == kBwdBlockM);
+  const int64_t ctas = int64_t{k.num_n_blocks} * k.heads_kv * k.batch;
+  if (ctas == 0) return Status::success();
+  const BwdMapSpecs specs = bwd_map_specs(p);
+  CUtensorMap tm_q{}, tm_k{}, tm_v{}, tm_do{};
+  FLASHATTN_TRY(make_tile_map(&tm_q, p.dtype, specs.q, kBwdWho));
+  FLASHATTN_TRY(make_tile_map(&tm_k, p.dtype, specs.k, kBwdWho));
+  FLASHATTN_TRY(make_tile_map(&tm_v, p.dtype, specs.v, kBwdWho));
+  FLASHATTN_TRY(make_tile_map(&tm_do, p.dtype, specs.dout, kBwdWho));
+  auto* kernel = &bwd_kernel<Traits>;
+  static DeviceFlags opted_in;
+  FLASHATTN_TRY(opt_in_dynamic_smem(kBwdWho, kernel, Traits::kSmemBytes, opted_in));
+  kernel<<<dim3(static_cast<unsigned>(ctas)), dim3(Traits::kThreads), Traits::kSmemBytes,
+           static_cast<cudaStream_t>(p.stream)>>>(tm_q, tm_k, tm_v, tm_do, k);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return cuda_status(kBwdWho, e, "kernel launch");
+  return Status::success();
+}
+
+template <class Tag, int kHeadDim>
+Status bwd_device_check() {
+  using Traits = BwdTraits<Tag, kHeadDim>;
+  static DeviceFlags checked;
+  return check_kernel_fits(kBwdWho, &bwd_kernel<Traits>, Traits::kSmemBytes, kHeadDim, checked);
+}
+
+}  // namespace flashattn::cuda::sm90
+
+// One instance: bwd_run and bwd_device_check of (Tag, D). Used by the generated sm90_bwd_*_hdim*.cu.
+#define FLASHATTN_SM90_BWD_INSTANCE(Tag, D)                                                        \
+  template flashattn::Status flashattn::cuda::sm90::bwd_run<Tag, D>(const flashattn::BwdParams&,  \
+                                                                    const flashattn::cuda::sm80::BwdKernelParams&); \
+  template flashattn::Status flashattn::cuda::sm90::bwd_device_check<Tag, D>();

@@ -226,7 +226,7 @@ Status check_bwd_grid(const BwdParams& p, int num_sms, int64_t* ctas) {
 
 Status check_bwd_layout(const BwdParams& p) {
   const BwdMapSpecs specs = bwd_map_specs(p);
-  if (p.seqlen_q > 0 && p.seqlen_k > 0 && p.batch > 0) {
+  if (p.seqlen_k > 0 && p.heads_kv > 0 && p.batch > 0) {  // the launch encodes the maps (a CTA per key block)
     FLASHATTN_TRY(check_tile_map(p.dtype, specs.q, "cuda sm90 backward: q"));
     FLASHATTN_TRY(check_tile_map(p.dtype, specs.k, "cuda sm90 backward: k"));
     FLASHATTN_TRY(check_tile_map(p.dtype, specs.v, "cuda sm90 backward: v"));

@@ -251,8 +251,8 @@ def bench_cell(env, cell, variants=()):
     preps = []
     if env.fa is not None:
         preps.append(prepare_library(env.fa, "flashattn", cell, x, base, env.path))
-        for name, fv in variants:
-            preps.append(prepare_library(fv, f"flashattn:{name}", cell, x, base, env.path))
+        for name, fv, family in variants:
+            preps.append(prepare_library(fv or env.fa, f"flashattn:{name}", cell, x, base, family or env.path))
     py = prepare_python(cell, x, base, env.path)
     if cell["mode"] == "bwd" and preps and "path" in preps[0]["row"] and "path" in py["row"]:
         py["row"]["path"] = preps[0]["row"]["path"]  # the same library picks the same backward family
@@ -775,13 +775,23 @@ def parse_args():
                    "(auto, sm90, sm80, cpu, ...): a family that refuses a cell gives its rows the reason as the error")
     p.add_argument("--lib", default=None, help="libflashattn_c.so (default $FLASHATTN_C_LIB or build/...)")
     p.add_argument("--anchors", default=None, help="anchors JSON to print goal ratios beside ours")
-    p.add_argument("--variant", action="append", default=[], metavar="NAME=LIB",
-                   help="also time another build of the library (e.g. a tuning variant) in the same run")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=[LIB][@PATH]",
+                   help="also time another build of the library (e.g. a tuning variant) in the same run, and/or "
+                   "another kernel family of it: sm80=@sm80 runs the main library on path sm80 beside --path's")
     p.add_argument("--estimate-from", default=None, help="results JSON for the run time estimate "
                    "(default: the newest bench/results/*h200*.json)")
     p.add_argument("--smoke", action="store_true", help="one tiny cell of each part on CPU tensors, "
                    "perf_counter timer; rows that need CUDA skip; --lib optional (a CPU build)")
     return p.parse_args()
+
+
+def parse_variant(text):
+    """NAME=[LIB][@PATH] → (name, the library or None for the main one, the family or None for --path's)."""
+    name, _, spec = text.partition("=")
+    lib, _, family = spec.partition("@")
+    if not name or not (lib or family):
+        sys.exit(f"--variant {text!r}: expected NAME=LIB, NAME=@PATH or NAME=LIB@PATH")
+    return name, FlashAttn(lib) if lib else None, family or None
 
 
 def plan_of(args):
@@ -823,7 +833,7 @@ def main():
         print(f"plan: {cells} cells in parts {args.parts}; expected run time ≈ {est / 60:.1f} min "
               f"(from {os.path.basename(source) if source else 'a default throughput'})", flush=True)
     env = Env(device, reps, load_library(args), args.path)
-    variants = [(nv.split("=", 1)[0], FlashAttn(nv.split("=", 1)[1])) for nv in args.variant]
+    variants = [parse_variant(nv) for nv in args.variant]
     start = time.perf_counter()
     if not args.smoke:
         warm_up_gpu()

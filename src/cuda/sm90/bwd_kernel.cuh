@@ -16,8 +16,13 @@
 // keys as rows, so P and dS feed dV and dK from registers with no shuffle, and the key-side sums
 // stay in registers. Thread 0 issues the TMA loads of a step two steps ahead (three stages, each
 // freed by the named barrier of the step in between); LSE and D are read by 128 threads into
-// shared memory the same two steps ahead. Keys past seqlen_k are zero-filled by TMA and masked;
-// query rows past seqlen_q are zero-filled (Q, dO) and have LSE = +inf in the workspace (P = 0).
+// shared memory the same two steps ahead.
+//
+// Rows past a sequence: keys past seqlen_k are masked (P = 0) and query rows past seqlen_q have
+// LSE = +inf in the workspace (P = 0); their rows of K, V, Q and dO must also be zeros, or else
+// 0 · NaN would reach dQ, dK and dV. Padded batches: TMA fills them with zeros (the maps end at the
+// sequence). Varlen (the maps over the packed tensors): a box may run into the next sequence or
+// into packed rows of none, so they are zeroed in shared memory (zero_key_tail, zero_query_tail).
 #pragma once
 
 #include <cuda.h>
@@ -73,8 +78,10 @@ struct BwdTraits {
   static_assert(kSmemBytes <= 227 * 1024);
 };
 
-// The named barrier of a step: both warpgroups' dSᵀ are stored (0 is __syncthreads).
+// The named barriers (0 is __syncthreads): both warpgroups' dSᵀ are stored; a varlen step's Q and dO
+// rows past the sequence are zeroed.
 inline constexpr uint32_t kDsBarrier = 1;
+inline constexpr uint32_t kTailBarrier = 2;
 
 template <class Traits>
 struct BwdSmem {
@@ -98,9 +105,16 @@ struct BwdSmem {
 // the group's query heads, head-major.
 struct BwdKeyBlock {
   int batch, head_kv, n0;
+  SeqLens seq;
   Mask mask;
   int m_begin, m_count, steps;
-  int64_t ws_row0;  // the sequence's first workspace row (bwd_params.cuh)
+  int64_t ws_row0;     // the sequence's first workspace row (bwd_params.cuh)
+  bool varlen;
+  int tma_batch;       // TMA coordinates: varlen rows are packed rows of the one "batch" 0
+  int q_row0, k_row0;  // the sequence's first row in the maps (varlen: cu_seqlens; the plan keeps them < 2^31)
+
+  // Whether the CTA's keys exist: past a varlen sequence's end there is nothing to compute or write.
+  __device__ bool has_keys() const { return n0 < seq.seqlen_k; }
 
   __device__ int head(const BwdKernelParams& p, int k) const { return head_kv * p.group + k / m_count; }
   __device__ int m0(int k, int bm) const { return (m_begin + k % m_count) * bm; }
@@ -121,11 +135,16 @@ __device__ __forceinline__ BwdKeyBlock bwd_key_block(const BwdKernelParams& p) {
   b.head_kv = bid % p.heads_kv;
   b.batch = bid / p.heads_kv;
   b.n0 = n_block * Traits::kBlockN;
-  b.mask = Mask{p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
+  b.varlen = p.cu_seqlens_q != nullptr;
+  b.seq = seq_lens(b.batch, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlen_q, p.seqlen_k);
+  b.mask = Mask{b.seq.seqlen_q, b.seq.seqlen_k, p.window_left, p.window_right};
   b.m_begin = b.mask.m_block_begin(b.n0, Traits::kBlockM);
   b.m_count = b.mask.m_block_count(b.n0, Traits::kBlockN, Traits::kBlockM);
   b.steps = b.m_count * p.group;
-  b.ws_row0 = sm80::ws_row_start(b.batch, 0, false, p.seqlen_q, Traits::kBlockM);
+  b.ws_row0 = sm80::ws_row_start(b.batch, b.seq.q_offset, b.varlen, p.seqlen_q, Traits::kBlockM);
+  b.tma_batch = b.varlen ? 0 : b.batch;
+  b.q_row0 = static_cast<int>(b.seq.q_offset);
+  b.k_row0 = static_cast<int>(b.seq.k_offset);
   return b;
 }
 
@@ -153,8 +172,10 @@ struct BwdMainloop {
     ptx::mbarrier_arrive_expect_tx(sm.q_full(s), 2 * Traits::kQBytes);
 #pragma unroll
     for (int c = 0; c < Traits::kChunks; ++c) {
-      ptx::tma_load(sm.q(s) + c * Traits::kQChunkBytes, tm_q, sm.q_full(s), c * kSwizzleCols, m0, head, kb.batch);
-      ptx::tma_load(sm.dout(s) + c * Traits::kQChunkBytes, tm_do, sm.q_full(s), c * kSwizzleCols, m0, head, kb.batch);
+      ptx::tma_load(sm.q(s) + c * Traits::kQChunkBytes, tm_q, sm.q_full(s), c * kSwizzleCols, kb.q_row0 + m0, head,
+                    kb.tma_batch);
+      ptx::tma_load(sm.dout(s) + c * Traits::kQChunkBytes, tm_do, sm.q_full(s), c * kSwizzleCols, kb.q_row0 + m0,
+                    head, kb.tma_batch);
     }
   }
   // Thread tid < 128's LSE·log2e (tid < 64) or D (64 ≤ tid < 128) of row tid % 64 of step k.
@@ -163,6 +184,40 @@ struct BwdMainloop {
     return tid < Traits::kBlockM ? p.lse_log2[row] : p.dsum[row];
   }
   __device__ void store_row_scalar(int k, float x) const { sm.lse(k % Traits::kStages)[tid] = x; }
+
+  // Varlen: the rows a box loaded past the sequence (the next sequence's, or packed rows of none,
+  // which may hold anything, NaN too) zeroed in shared memory: P = 0 and dS = 0 there do not keep
+  // them out of the products (0 · NaN = NaN in P·dO, dS·Q, dS·K). Rows [first, rows) of each
+  // 64-column chunk of `tile`; whole 128-byte rows, so the swizzle (within a row) does not matter.
+  // Every thread takes a share; then fence.proxy.async (before wgmma reads them) and a barrier.
+  __device__ void zero_rows(uint32_t tile_offset, int chunk_bytes, int rows, int first) const {
+    constexpr int kUnitsPerRow = kSwizzleRowBytes / 16;
+    const int units = (rows - first) * kUnitsPerRow;
+    for (int u = tid; u < Traits::kChunks * units; u += Traits::kThreads) {
+      const int c = u / units, r = first + (u % units) / kUnitsPerRow, w = u % kUnitsPerRow;
+      *reinterpret_cast<uint4*>(sm.generic + tile_offset + c * chunk_bytes + r * kSwizzleRowBytes + 16 * w) =
+          make_uint4(0, 0, 0, 0);
+    }
+  }
+  // The K and V rows past seqlen_k (once, after they landed), before the first product.
+  __device__ void zero_key_tail() const {
+    const int first = kb.seq.seqlen_k - kb.n0;
+    if (!kb.varlen || first >= Traits::kBlockN) return;
+    zero_rows(Traits::kK, Traits::kKVChunkBytes, Traits::kBlockN, first);
+    zero_rows(Traits::kV, Traits::kKVChunkBytes, Traits::kBlockN, first);
+    ptx::fence_proxy_async_shared_cta();
+    __syncthreads();
+  }
+  // The Q and dO rows of step k past seqlen_q (the sequence's last query block only).
+  __device__ void zero_query_tail(int k) const {
+    const int first = kb.seq.seqlen_q - kb.m0(k, Traits::kBlockM);
+    if (!kb.varlen || first >= Traits::kBlockM) return;
+    const int s = k % Traits::kStages;
+    zero_rows(Traits::kQ + s * Traits::kQBytes, Traits::kQChunkBytes, Traits::kBlockM, first);
+    zero_rows(Traits::kDO + s * Traits::kQBytes, Traits::kQChunkBytes, Traits::kBlockM, first);
+    ptx::fence_proxy_async_shared_cta();
+    ptx::named_barrier_sync(kTailBarrier, Traits::kThreads);
+  }
 
   // ---- the products -----------------------------------------------------------------------------
   // acc = (this warpgroup's 64 rows of `rows_tile`)·(stage tile)ᵀ: Sᵀ (K, Q) or dPᵀ (V, dO).
@@ -283,11 +338,12 @@ __device__ __forceinline__ void store_key_side(const BwdKernelParams& p, const B
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int key = kb.n0 + row0 + g + 8 * half;
-    if (key >= kb.mask.seqlen_k) continue;
+    if (key >= kb.seq.seqlen_k) continue;
+    const int64_t row = kb.seq.k_offset + key;  // varlen: the packed row (batch strides are 0)
     uint16_t* dk_row = static_cast<uint16_t*>(p.dk) +
-                       gmem_offset(kb.batch, key, kb.head_kv, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+                       gmem_offset(kb.batch, row, kb.head_kv, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
     uint16_t* dv_row = static_cast<uint16_t*>(p.dv) +
-                       gmem_offset(kb.batch, key, kb.head_kv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+                       gmem_offset(kb.batch, row, kb.head_kv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
 #pragma unroll
     for (int j = 0; j < Traits::kD / 8; ++j) {
       const int e = 4 * j + 2 * half;
@@ -312,6 +368,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
                            ptx::smem_addr(&bars[0])};
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32;
   const BwdKeyBlock kb = bwd_key_block<Traits>(p);
+  if (!kb.has_keys()) return;  // varlen: past this sequence's keys (the grid covers the longest)
   const int wg = tid / kWarpgroupThreads;
   const int row0 = wg * kWarpgroupRows + (tid % kWarpgroupThreads / 32) * 16;
   const BwdMainloop<Traits> ml{sm, p, &tm_q, &tm_do, kb, tid, wg, row0, lane / 4, lane % 4};
@@ -327,10 +384,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::mbarrier_arrive_expect_tx(sm.kv_full(), 2 * Traits::kKVBytes);
 #pragma unroll
     for (int c = 0; c < Traits::kChunks; ++c) {
-      ptx::tma_load(sm.k() + c * Traits::kKVChunkBytes, &tm_k, sm.kv_full(), c * kSwizzleCols, kb.n0, kb.head_kv,
-                    kb.batch);
-      ptx::tma_load(sm.v() + c * Traits::kKVChunkBytes, &tm_v, sm.kv_full(), c * kSwizzleCols, kb.n0, kb.head_kv,
-                    kb.batch);
+      ptx::tma_load(sm.k() + c * Traits::kKVChunkBytes, &tm_k, sm.kv_full(), c * kSwizzleCols, kb.k_row0 + kb.n0,
+                    kb.head_kv, kb.tma_batch);
+      ptx::tma_load(sm.v() + c * Traits::kKVChunkBytes, &tm_v, sm.kv_full(), c * kSwizzleCols, kb.k_row0 + kb.n0,
+                    kb.head_kv, kb.tma_batch);
     }
     for (int k = 0; k < 2 && k < kb.steps; ++k) ml.load_step(k);
   }
@@ -343,11 +400,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < Traits::kD / 2; ++i) dk[i] = dv[i] = 0.f;
   const float mult = p.scale * kLog2e;  // S → log2-domain logits (scale > 0 or not: P's formula is the same)
-  if (kb.steps > 0) ptx::mbarrier_wait(sm.kv_full(), 0);
+  if (kb.steps > 0) {
+    ptx::mbarrier_wait(sm.kv_full(), 0);
+    ml.zero_key_tail();
+  }
 
   for (int k = 0; k < kb.steps; ++k) {
     const int s = k % Traits::kStages, buf = k & 1;
     ptx::mbarrier_wait(sm.q_full(s), (k / Traits::kStages) & 1);
+    ml.zero_query_tail(k);
     float st[BwdMainloop<Traits>::kN / 2], dpt[BwdMainloop<Traits>::kN / 2];
     ptx::wgmma_fence();
     ml.issue_transposed_scores(st, sm.k(), sm.q(s));

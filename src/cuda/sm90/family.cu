@@ -150,9 +150,9 @@ Status run_forward(const Plan& plan, const FwdParams& p) { return plan.get<FwdPl
 // ---- the backward ---------------------------------------------------------------------------------
 // The main kernel (bwd_kernel.cuh) between the sm80 family's preprocess (D, LSE·log2e, the zeroed dQ
 // accumulator) and postprocess (dQ scaled and converted), over their workspace layout planned with
-// this kernel's blocks. It takes padded batches of f16/bf16 with hdim_qk = hdim_v = 64 or 128, any mask,
-// GQA/MQA; everything else (and grids too small for it, below) is not_supported with the reason, and
-// "auto" runs the sm80 backward.
+// this kernel's blocks. It takes padded and varlen batches of f16/bf16 with hdim_qk = hdim_v = 64 or
+// 128, any mask, GQA/MQA; everything else (and long chains on few key blocks, below) is not_supported
+// with the reason, and "auto" runs the sm80 backward.
 constexpr const char* kBwdWho = "cuda sm90 backward";
 
 using BwdRunFn = Status (*)(const BwdParams&, const sm80::BwdKernelParams&);
@@ -182,7 +182,11 @@ Status bwd_unsupported(const std::string& why) { return Status::unsupported(std:
 
 // What the kernel does not take (yet): the sm80 backward runs these.
 Status check_bwd_features(const BwdParams& p) {
-  if (p.is_varlen()) return bwd_unsupported("varlen batches (cu_seqlens) run on the sm80 backward");
+  if (p.is_varlen() && (p.total_q > kMaxPackedRows || p.total_k > kMaxPackedRows)) {
+    return bwd_unsupported("varlen tensors of " + std::to_string(p.total_q) + " query and " +
+                           std::to_string(p.total_k) + " key rows: TMA's row coordinate is 32-bit (at most " +
+                           std::to_string(kMaxPackedRows) + " packed rows)");
+  }
   if (p.deterministic) return bwd_unsupported("deterministic = true runs on the sm80 backward (dQ here is added by atomics)");
   if (score_slope_varies(make_score_transform(p.options))) {
     return bwd_unsupported("softcap runs on the sm80 backward");
@@ -226,7 +230,7 @@ Status check_bwd_grid(const BwdParams& p, int num_sms, int64_t* ctas) {
 
 Status check_bwd_layout(const BwdParams& p) {
   const BwdMapSpecs specs = bwd_map_specs(p);
-  if (p.seqlen_k > 0 && p.heads_kv > 0 && p.batch > 0) {  // the launch encodes the maps (a CTA per key block)
+  if (p.seqlen_k > 0 && p.heads_kv > 0 && p.batch > 0 && fwd_map_rows_k(p) > 0) {  // the launch encodes the maps
     FLASHATTN_TRY(check_tile_map(p.dtype, specs.q, "cuda sm90 backward: q"));
     FLASHATTN_TRY(check_tile_map(p.dtype, specs.k, "cuda sm90 backward: k"));
     FLASHATTN_TRY(check_tile_map(p.dtype, specs.v, "cuda sm90 backward: v"));
@@ -245,8 +249,11 @@ Status check_bwd_layout(const BwdParams& p) {
       {"dk", p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, p.seqlen_k, p.heads_kv},
       {"dv", p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, p.seqlen_k, p.heads_kv},
   };
+  const bool varlen = p.is_varlen();
   for (const View& v : views) {
-    FLASHATTN_TRY(check_16byte_layout(kBwdWho, v.name, v.ptr, {{"batch", p.batch, v.bs}, {"row", v.rows, v.rs},
+    // varlen: one "batch" of packed rows (checked as two rows, whatever their count, as sm80's plan)
+    FLASHATTN_TRY(check_16byte_layout(kBwdWho, v.name, v.ptr, {{"batch", varlen ? 1 : p.batch, v.bs},
+                                                                {"row", varlen ? 2 : v.rows, v.rs},
                                                                 {"head", v.heads, v.hs}}));
   }
   return Status::success();

@@ -124,16 +124,25 @@ struct BwdKeyBlock {
   }
 };
 
-// blockIdx.x = key block + num_n_blocks · (kv head + heads_kv · sequence): under a causal mask the
-// first key blocks walk the most steps and start first.
+// The grid's order: blockIdx.x = key block + num_n_blocks · (kv head + heads_kv · sequence), the
+// CTAs of one head together (they read the same Q and dO); under a mask (p.key_blocks_outer) the key
+// block outermost instead, so that the longest blocks of every head start first (causal: the first
+// key blocks walk the most steps), as sm80's scheduler does.
 template <class Traits>
 __device__ __forceinline__ BwdKeyBlock bwd_key_block(const BwdKernelParams& p) {
   BwdKeyBlock b;
-  int bid = static_cast<int>(blockIdx.x);
-  const int n_block = bid % p.num_n_blocks;
-  bid /= p.num_n_blocks;
-  b.head_kv = bid % p.heads_kv;
-  b.batch = bid / p.heads_kv;
+  const int bid = static_cast<int>(blockIdx.x);
+  int n_block, pair;
+  if (p.key_blocks_outer) {
+    const int pairs = p.heads_kv * p.batch;
+    n_block = bid / pairs;
+    pair = bid - n_block * pairs;
+  } else {
+    n_block = bid % p.num_n_blocks;
+    pair = bid / p.num_n_blocks;
+  }
+  b.head_kv = pair % p.heads_kv;
+  b.batch = pair / p.heads_kv;
   b.n0 = n_block * Traits::kBlockN;
   b.varlen = p.cu_seqlens_q != nullptr;
   b.seq = seq_lens(b.batch, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlen_q, p.seqlen_k);

@@ -303,6 +303,7 @@ Status run_backward(const Plan& plan, const BwdParams& p) {
   const BwdPlanDetail d = plan.get<BwdPlanDetail>();
   sm80::BwdKernelParams k = sm80::kernel_params(p, d.head_dim, kBwdBlockM, kBwdBlockN, d.workspace);
   k.dq_row_major = true;
+  k.key_blocks_outer = mask_of(p.options).has_mask();  // bwd_kernel.cuh's grid order
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   FLASHATTN_TRY(sm80::launch_bwd_preprocess(k, p.dtype, stream));
   FLASHATTN_TRY(d.run(p, k));

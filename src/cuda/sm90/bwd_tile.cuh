@@ -1,0 +1,175 @@
+// What the sm90 backward's kernels share (bwd_kernel.cuh: head dims 64 and 128; bwd_kernel_wide.cuh:
+// 256): the shared-memory layout's accessors, the CTA's key block and the steps it walks, the grid
+// order, and the loads of a step. A Traits names the tile: kD, kBlockN (keys per CTA), kBlockM (query
+// rows per step), kThreads, kStages, kChunks (64-column chunks of a row), the byte sizes kKVChunkBytes,
+// kKVBytes, kQChunkBytes, kQBytes, kDsBytes and the offsets kK, kV, kQ, kDO, kDS, kRowScalars.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "cuda/common/mask.cuh"
+#include "cuda/common/seqlen.cuh"
+#include "cuda/ptx/barrier.cuh"
+#include "cuda/ptx/fence.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/tma.cuh"
+#include "cuda/sm80/bwd_params.cuh"
+#include "cuda/sm90/fwd_shape.hpp"
+
+namespace flashattn::cuda::sm90 {
+
+using sm80::BwdKernelParams;
+
+// The named barriers (0 is __syncthreads): both warpgroups' dSᵀ are stored; a varlen step's Q and dO
+// rows past the sequence are zeroed.
+inline constexpr uint32_t kDsBarrier = 1;
+inline constexpr uint32_t kTailBarrier = 2;
+
+template <class Traits>
+struct BwdSmem {
+  uint32_t base;            // shared-window address, on a swizzle atom
+  unsigned char* generic;   // the same byte, as a generic address
+  float* row_scalars;
+  uint32_t bars;  // kv_full, then q_full per stage
+
+  __device__ uint32_t k() const { return base + Traits::kK; }
+  __device__ uint32_t v() const { return base + Traits::kV; }
+  __device__ uint32_t q(int s) const { return base + Traits::kQ + s * Traits::kQBytes; }
+  __device__ uint32_t dout(int s) const { return base + Traits::kDO + s * Traits::kQBytes; }
+  __device__ uint32_t ds(int b) const { return base + Traits::kDS + b * Traits::kDsBytes; }
+  __device__ float* lse(int s) const { return row_scalars + s * 2 * Traits::kBlockM; }
+  __device__ float* dsum(int s) const { return lse(s) + Traits::kBlockM; }
+  __device__ uint32_t kv_full() const { return bars; }
+  __device__ uint32_t q_full(int s) const { return bars + 8 * (1 + s); }
+};
+
+// The CTA's key block and the steps it walks: query blocks [m_begin, m_begin + m_count) of each of
+// the group's query heads, head-major.
+struct BwdKeyBlock {
+  int batch, head_kv, n0;
+  SeqLens seq;
+  Mask mask;
+  int m_begin, m_count, steps;
+  int64_t ws_row0;     // the sequence's first workspace row (bwd_params.cuh)
+  bool varlen;
+  int tma_batch;       // TMA coordinates: varlen rows are packed rows of the one "batch" 0
+  int q_row0, k_row0;  // the sequence's first row in the maps (varlen: cu_seqlens; the plan keeps them < 2^31)
+
+  // Whether the CTA's keys exist: past a varlen sequence's end there is nothing to compute or write.
+  __device__ bool has_keys() const { return n0 < seq.seqlen_k; }
+
+  __device__ int head(const BwdKernelParams& p, int k) const { return head_kv * p.group + k / m_count; }
+  __device__ int m0(int k, int bm) const { return (m_begin + k % m_count) * bm; }
+  // Workspace row (of all heads) of the step's first query row.
+  __device__ int64_t ws_row(const BwdKernelParams& p, int k, int bm) const {
+    return int64_t{head(p, k)} * p.ws_rows + ws_row0 + m0(k, bm);
+  }
+};
+
+// The grid's order: blockIdx.x = key block + num_n_blocks · (kv head + heads_kv · sequence), the
+// CTAs of one head together (they read the same Q and dO); under a mask (p.key_blocks_outer) the key
+// block outermost instead, so that the longest blocks of every head start first (causal: the first
+// key blocks walk the most steps), as sm80's scheduler does.
+template <class Traits>
+__device__ __forceinline__ BwdKeyBlock bwd_key_block(const BwdKernelParams& p) {
+  BwdKeyBlock b;
+  const int bid = static_cast<int>(blockIdx.x);
+  int n_block, pair;
+  if (p.key_blocks_outer) {
+    const int pairs = p.heads_kv * p.batch;
+    n_block = bid / pairs;
+    pair = bid - n_block * pairs;
+  } else {
+    n_block = bid % p.num_n_blocks;
+    pair = bid / p.num_n_blocks;
+  }
+  b.head_kv = pair % p.heads_kv;
+  b.batch = pair / p.heads_kv;
+  b.n0 = n_block * Traits::kBlockN;
+  b.varlen = p.cu_seqlens_q != nullptr;
+  b.seq = seq_lens(b.batch, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlen_q, p.seqlen_k);
+  b.mask = Mask{b.seq.seqlen_q, b.seq.seqlen_k, p.window_left, p.window_right};
+  b.m_begin = b.mask.m_block_begin(b.n0, Traits::kBlockM);
+  b.m_count = b.mask.m_block_count(b.n0, Traits::kBlockN, Traits::kBlockM);
+  b.steps = b.m_count * p.group;
+  b.ws_row0 = sm80::ws_row_start(b.batch, b.seq.q_offset, b.varlen, p.seqlen_q, Traits::kBlockM);
+  b.tma_batch = b.varlen ? 0 : b.batch;
+  b.q_row0 = static_cast<int>(b.seq.q_offset);
+  b.k_row0 = static_cast<int>(b.seq.k_offset);
+  return b;
+}
+
+// K-step ks (16 columns) of a K-major tile of 64-column chunks `chunk_bytes` apart.
+__device__ __forceinline__ uint32_t k_step_bytes(int ks, uint32_t chunk_bytes) {
+  return (ks / 4) * chunk_bytes + 32 * (ks % 4);
+}
+
+// What every warp of the backward's CTA does alike: the TMA loads of a step's Q and dO (thread 0), its
+// LSE·log2e and D (threads 0..127), and the varlen tails zeroed in shared memory. The mainloops
+// (bwd_kernel.cuh, bwd_kernel_wide.cuh) add their products to it.
+template <class Traits>
+struct BwdLoads {
+  const BwdSmem<Traits>& sm;
+  const BwdKernelParams& p;
+  const CUtensorMap* tm_q;
+  const CUtensorMap* tm_do;
+  const BwdKeyBlock& kb;
+  int tid;
+
+  __device__ void load_step(int k) const {
+    const int s = k % Traits::kStages, head = kb.head(p, k), m0 = kb.m0(k, Traits::kBlockM);
+    ptx::mbarrier_arrive_expect_tx(sm.q_full(s), 2 * Traits::kQBytes);
+#pragma unroll
+    for (int c = 0; c < Traits::kChunks; ++c) {
+      ptx::tma_load(sm.q(s) + c * Traits::kQChunkBytes, tm_q, sm.q_full(s), c * kSwizzleCols, kb.q_row0 + m0, head,
+                    kb.tma_batch);
+      ptx::tma_load(sm.dout(s) + c * Traits::kQChunkBytes, tm_do, sm.q_full(s), c * kSwizzleCols, kb.q_row0 + m0,
+                    head, kb.tma_batch);
+    }
+  }
+  // Thread tid < 128's LSE·log2e (tid < 64) or D (64 ≤ tid < 128) of row tid % 64 of step k.
+  __device__ float read_row_scalar(int k) const {
+    const int64_t row = kb.ws_row(p, k, Traits::kBlockM) + tid % Traits::kBlockM;
+    return tid < Traits::kBlockM ? p.lse_log2[row] : p.dsum[row];
+  }
+  __device__ void store_row_scalar(int k, float x) const { sm.lse(k % Traits::kStages)[tid] = x; }
+
+  // Varlen: the rows a box loaded past the sequence (the next sequence's, or packed rows of none,
+  // which may hold anything, NaN too) zeroed in shared memory: P = 0 and dS = 0 there do not keep
+  // them out of the products (0 · NaN = NaN in P·dO, dS·Q, dS·K). Rows [first, rows) of each
+  // 64-column chunk of `tile`; whole 128-byte rows, so the swizzle (within a row) does not matter.
+  // Every thread takes a share; then fence.proxy.async (before wgmma reads them) and a barrier.
+  __device__ void zero_rows(uint32_t tile_offset, int chunk_bytes, int rows, int first) const {
+    constexpr int kUnitsPerRow = kSwizzleRowBytes / 16;
+    const int units = (rows - first) * kUnitsPerRow;
+    for (int u = tid; u < Traits::kChunks * units; u += Traits::kThreads) {
+      const int c = u / units, r = first + (u % units) / kUnitsPerRow, w = u % kUnitsPerRow;
+      *reinterpret_cast<uint4*>(sm.generic + tile_offset + c * chunk_bytes + r * kSwizzleRowBytes + 16 * w) =
+          make_uint4(0, 0, 0, 0);
+    }
+  }
+  // The K and V rows past seqlen_k (once, after they landed), before the first product.
+  __device__ void zero_key_tail() const {
+    const int first = kb.seq.seqlen_k - kb.n0;
+    if (!kb.varlen || first >= Traits::kBlockN) return;
+    zero_rows(Traits::kK, Traits::kKVChunkBytes, Traits::kBlockN, first);
+    zero_rows(Traits::kV, Traits::kKVChunkBytes, Traits::kBlockN, first);
+    ptx::fence_proxy_async_shared_cta();
+    __syncthreads();
+  }
+  // The Q and dO rows of step k past seqlen_q (the sequence's last query block only).
+  __device__ void zero_query_tail(int k) const {
+    const int first = kb.seq.seqlen_q - kb.m0(k, Traits::kBlockM);
+    if (!kb.varlen || first >= Traits::kBlockM) return;
+    const int s = k % Traits::kStages;
+    zero_rows(Traits::kQ + s * Traits::kQBytes, Traits::kQChunkBytes, Traits::kBlockM, first);
+    zero_rows(Traits::kDO + s * Traits::kQBytes, Traits::kQChunkBytes, Traits::kBlockM, first);
+    ptx::fence_proxy_async_shared_cta();
+    ptx::named_barrier_sync(kTailBarrier, Traits::kThreads);
+  }
+
+};
+
+}  // namespace flashattn::cuda::sm90

@@ -1,5 +1,5 @@
 // Launch code of the sm90 backward's main kernel: the tensor maps (Q and dO boxes of a step's 64
-// rows, K and V boxes of the CTA's 128 keys; the forward's rank-4 views, fwd_maps.hpp), the grid (one
+// rows, K and V boxes of the CTA's keys; the forward's rank-4 views, fwd_maps.hpp), the grid (one
 // CTA per key block, kv head and sequence) and shared memory from its traits. Included only by the
 // per-instance translation units.
 #pragma once
@@ -7,9 +7,12 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "api/status_try.hpp"
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/sm90/bwd_kernel.cuh"
+#include "cuda/sm90/bwd_kernel_wide.cuh"
 #include "cuda/sm90/bwd_launch.hpp"
 #include "cuda/sm90/bwd_maps.hpp"
 
@@ -17,19 +20,35 @@ namespace flashattn::cuda::sm90 {
 
 inline constexpr const char* kBwdWho = "cuda sm90 backward";
 
+// The kernel of head dim D: the key side split by keys (bwd_kernel.cuh) up to D = 128, by columns
+// above (bwd_kernel_wide.cuh).
+template <class Tag, int kHeadDim>
+struct BwdKernelOf {
+  static constexpr bool kWide = kHeadDim > 128;
+  using Traits = std::conditional_t<kWide, BwdWideTraits<Tag, kHeadDim>, BwdTraits<Tag, kHeadDim>>;
+  static constexpr auto kernel() {
+    if constexpr (kWide) {
+      return &bwd_kernel_wide<Traits>;
+    } else {
+      return &bwd_kernel<Traits>;
+    }
+  }
+  static_assert(Traits::kBlockN == bwd_block_n(kHeadDim) && Traits::kBlockM == kBwdBlockM);
+};
+
 template <class Tag, int kHeadDim>
 Status bwd_run(const BwdParams& p, const sm80::BwdKernelParams& k) {
-  using Traits = BwdTraits<Tag, kHeadDim>;
-  static_assert(Traits::kBlockN == kBwdBlockN && Traits::kBlockM == kBwdBlockM);
+  using Of = BwdKernelOf<Tag, kHeadDim>;
+  using Traits = typename Of::Traits;
   const int64_t ctas = int64_t{k.num_n_blocks} * k.heads_kv * k.batch;
   if (ctas == 0) return Status::success();
-  const BwdMapSpecs specs = bwd_map_specs(p);
+  const BwdMapSpecs specs = bwd_map_specs(p, Traits::kBlockN);
   CUtensorMap tm_q{}, tm_k{}, tm_v{}, tm_do{};
   FLASHATTN_TRY(make_tile_map(&tm_q, p.dtype, specs.q, kBwdWho));
   FLASHATTN_TRY(make_tile_map(&tm_k, p.dtype, specs.k, kBwdWho));
   FLASHATTN_TRY(make_tile_map(&tm_v, p.dtype, specs.v, kBwdWho));
   FLASHATTN_TRY(make_tile_map(&tm_do, p.dtype, specs.dout, kBwdWho));
-  auto* kernel = &bwd_kernel<Traits>;
+  auto* kernel = Of::kernel();
   static DeviceFlags opted_in;
   FLASHATTN_TRY(opt_in_dynamic_smem(kBwdWho, kernel, Traits::kSmemBytes, opted_in));
   kernel<<<dim3(static_cast<unsigned>(ctas)), dim3(Traits::kThreads), Traits::kSmemBytes,
@@ -41,9 +60,9 @@ Status bwd_run(const BwdParams& p, const sm80::BwdKernelParams& k) {
 
 template <class Tag, int kHeadDim>
 Status bwd_device_check() {
-  using Traits = BwdTraits<Tag, kHeadDim>;
+  using Of = BwdKernelOf<Tag, kHeadDim>;
   static DeviceFlags checked;
-  return check_kernel_fits(kBwdWho, &bwd_kernel<Traits>, Traits::kSmemBytes, kHeadDim, checked);
+  return check_kernel_fits(kBwdWho, Of::kernel(), Of::Traits::kSmemBytes, kHeadDim, checked);
 }
 
 }  // namespace flashattn::cuda::sm90

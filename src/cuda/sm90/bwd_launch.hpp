@@ -8,12 +8,14 @@
 
 namespace flashattn::cuda::sm90 {
 
-// The key block the kernel's CTAs own (bwd_kernel.cuh) and the query rows of a step: the workspace
-// layout (sm80/bwd_params.cuh) is planned with them.
-inline constexpr int kBwdBlockN = 128, kBwdBlockM = 64;
+// The query rows of a step and the keys a CTA owns (bwd_kernel.cuh: 128 at head dims 64 and 128;
+// bwd_kernel_wide.cuh: 64 at 256): the workspace layout (sm80/bwd_params.cuh) and the grid are
+// planned with them.
+inline constexpr int kBwdBlockM = 64;
+constexpr int bwd_block_n(int head_dim) { return head_dim > 128 ? 64 : 128; }
 
 // Whether the backward has a kernel of head dim D (hdim_qk = hdim_v = D).
-constexpr bool has_sm90_bwd(int head_dim) { return head_dim == 64 || head_dim == 128; }
+constexpr bool has_sm90_bwd(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 // Builds the tensor maps of Q, K, V and dO and launches the main kernel on params.stream (never
 // synchronizes). `k` holds the workspace the preprocess has filled.

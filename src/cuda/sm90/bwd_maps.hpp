@@ -14,15 +14,15 @@ struct BwdMapSpecs {
 };
 
 // Padded batches: {d, seqlen, heads, batch}; varlen: the packed tensors {d, total rows, heads, 1}
-// (fwd_maps.hpp's rows and batch of a call).
-inline BwdMapSpecs bwd_map_specs(const BwdParams& p) {
+// (fwd_maps.hpp's rows and batch of a call). K and V boxes of block_n keys (bwd_block_n).
+inline BwdMapSpecs bwd_map_specs(const BwdParams& p, int block_n) {
   const int64_t rows_q = fwd_map_rows_q(p), rows_k = fwd_map_rows_k(p), batch = fwd_map_batch(p);
   return {fwd_map_spec(p.q, p.hdim_qk, rows_q, p.heads_q, batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride,
                        kBwdBlockM),
           fwd_map_spec(p.k, p.hdim_qk, rows_k, p.heads_kv, batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride,
-                       kBwdBlockN),
+                       block_n),
           fwd_map_spec(p.v, p.hdim_v, rows_k, p.heads_kv, batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride,
-                       kBwdBlockN),
+                       block_n),
           fwd_map_spec(p.dout, p.hdim_v, rows_q, p.heads_q, batch, p.do_row_stride, p.do_head_stride,
                        p.do_batch_stride, kBwdBlockM)};
 }

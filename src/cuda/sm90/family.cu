@@ -150,9 +150,9 @@ Status run_forward(const Plan& plan, const FwdParams& p) { return plan.get<FwdPl
 // ---- the backward ---------------------------------------------------------------------------------
 // The main kernel (bwd_kernel.cuh) between the sm80 family's preprocess (D, LSE·log2e, the zeroed dQ
 // accumulator) and postprocess (dQ scaled and converted), over their workspace layout planned with
-// this kernel's blocks. It takes padded and varlen batches of f16/bf16 with hdim_qk = hdim_v = 64 or
-// 128, any mask, GQA/MQA; everything else (and long chains on few key blocks, below) is not_supported
-// with the reason, and "auto" runs the sm80 backward.
+// this kernel's blocks. It takes padded and varlen batches of f16/bf16 with hdim_qk = hdim_v = 64,
+// 128 or 256, any mask, GQA/MQA; everything else (and long chains on few key blocks, below) is
+// not_supported with the reason, and "auto" runs the sm80 backward.
 constexpr const char* kBwdWho = "cuda sm90 backward";
 
 using BwdRunFn = Status (*)(const BwdParams&, const sm80::BwdKernelParams&);
@@ -201,8 +201,8 @@ Status check_bwd_features(const BwdParams& p) {
 // little) run here all the same.
 constexpr int64_t kShortChain = 64;
 
-Status check_bwd_grid(const BwdParams& p, int num_sms, int64_t* ctas) {
-  const int64_t num_n = (p.seqlen_k + kBwdBlockN - 1) / kBwdBlockN;
+Status check_bwd_grid(const BwdParams& p, int block_n, int num_sms, int64_t* ctas) {
+  const int64_t num_n = (p.seqlen_k + block_n - 1) / block_n;
   *ctas = num_n * p.heads_kv * p.batch;
   if (*ctas > INT_MAX) return bwd_unsupported("the problem needs more than 2^31 - 1 thread blocks");
   const Mask mask{static_cast<int>(p.seqlen_q), static_cast<int>(p.seqlen_k), clamp_window(p.options.window_left),
@@ -214,7 +214,7 @@ Status check_bwd_grid(const BwdParams& p, int num_sms, int64_t* ctas) {
   } else {
     for (int64_t n = 0; n < num_n; ++n) {
       const int64_t chain =
-          int64_t{mask.m_block_count(static_cast<int>(n) * kBwdBlockN, kBwdBlockN, kBwdBlockM)} * p.group_size();
+          int64_t{mask.m_block_count(static_cast<int>(n) * block_n, block_n, kBwdBlockM)} * p.group_size();
       steps += chain;
       longest = std::max(longest, chain);
     }
@@ -228,8 +228,8 @@ Status check_bwd_grid(const BwdParams& p, int num_sms, int64_t* ctas) {
   return Status::success();
 }
 
-Status check_bwd_layout(const BwdParams& p) {
-  const BwdMapSpecs specs = bwd_map_specs(p);
+Status check_bwd_layout(const BwdParams& p, int block_n) {
+  const BwdMapSpecs specs = bwd_map_specs(p, block_n);
   if (p.seqlen_k > 0 && p.heads_kv > 0 && p.batch > 0 && fwd_map_rows_k(p) > 0) {  // the launch encodes the maps
     FLASHATTN_TRY(check_tile_map(p.dtype, specs.q, "cuda sm90 backward: q"));
     FLASHATTN_TRY(check_tile_map(p.dtype, specs.k, "cuda sm90 backward: k"));
@@ -272,8 +272,9 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
   const BwdInstance* inst = find_bwd_instance(p.hdim_qk, p.hdim_v);
   if (inst == nullptr) {
     return bwd_unsupported("head dims (hdim_qk = " + std::to_string(p.hdim_qk) + ", hdim_v = " +
-                           std::to_string(p.hdim_v) + ") have no compiled sm90 backward: it takes hdim_qk = hdim_v, 64 or 128, of this build's \"" +
-                           FLASHATTN_SM90_BWD_HEADDIMS_STRING + "\" (FLASHATTN_HEADDIMS, with 90a in FLASHATTN_CUDA_ARCHS)");
+                           std::to_string(p.hdim_v) + ") have no compiled sm90 backward: it takes hdim_qk = hdim_v " +
+                           "among this build's \"" + FLASHATTN_SM90_BWD_HEADDIMS_STRING +
+                           "\" (FLASHATTN_HEADDIMS, with 90a in FLASHATTN_CUDA_ARCHS)");
   }
   FLASHATTN_TRY(check_bwd_features(p));
   if (p.seqlen_q > kMaxSeqlen || p.seqlen_k > kMaxSeqlen || p.batch > INT_MAX || p.heads_q > INT_MAX) {
@@ -287,12 +288,14 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
                            std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor));
   }
   int64_t ctas = 0;
-  FLASHATTN_TRY(check_bwd_grid(p, dev.num_sms, &ctas));
-  FLASHATTN_TRY(check_bwd_layout(p));
+  const int block_n = bwd_block_n(inst->head_dim);
+  FLASHATTN_TRY(check_bwd_grid(p, block_n, dev.num_sms, &ctas));
+  FLASHATTN_TRY(check_bwd_layout(p, block_n));
   const int i = dtype_index(p.dtype);
   FLASHATTN_TRY(inst->check[i]());
   const BwdPlanDetail d{inst->run[i], inst->head_dim,
-                        sm80::workspace_layout(p, inst->head_dim, kBwdBlockM, kBwdBlockN, sm80::BwdSplit::whole(ctas))};
+                        sm80::workspace_layout(p, inst->head_dim, kBwdBlockM, block_n,
+                                               sm80::BwdSplit::whole(ctas))};
   plan->workspace_bytes = d.workspace.bytes;
   plan->workspace_alignment = 16;  // the pre/postprocess's vector accesses of the fp32 sums
   plan->set(d);
@@ -301,7 +304,7 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
 
 Status run_backward(const Plan& plan, const BwdParams& p) {
   const BwdPlanDetail d = plan.get<BwdPlanDetail>();
-  sm80::BwdKernelParams k = sm80::kernel_params(p, d.head_dim, kBwdBlockM, kBwdBlockN, d.workspace);
+  sm80::BwdKernelParams k = sm80::kernel_params(p, d.head_dim, kBwdBlockM, bwd_block_n(d.head_dim), d.workspace);
   k.dq_row_major = true;
   k.key_blocks_outer = mask_of(p.options).has_mask();  // bwd_kernel.cuh's grid order
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);

@@ -4,7 +4,7 @@
 # 90a is among the archs (else the registry is empty and the plan refuses, naming the build).
 # Instances: the head dims of FLASHATTN_HEADDIMS among 64, 128, 192, 256 (others round up), f16
 # and bf16, one translation unit each holding the unmasked and the masked kernel; the backward's
-# (head dims 64 and 128) one translation unit per dtype and head dim.
+# (head dims 64, 128, 256) one translation unit per dtype and head dim.
 # Included from src/cuda/CMakeLists.txt.
 target_sources(flashattn PRIVATE ${CMAKE_CURRENT_LIST_DIR}/tensor_map.cpp)
 
@@ -22,11 +22,11 @@ set(FLASHATTN_SM90_HEADDIM_XLIST "")
 foreach(d IN LISTS FLASHATTN_SM90_HEADDIMS)
   string(APPEND FLASHATTN_SM90_HEADDIM_XLIST " X(${d})")
 endforeach()
-# The backward's head dims (bwd_launch.hpp's has_sm90_bwd): 64 and 128 where they are in the list.
+# The backward's head dims (bwd_launch.hpp's has_sm90_bwd): 64, 128 and 256 where they are in the list.
 set(FLASHATTN_SM90_BWD_HEADDIMS "")
 set(FLASHATTN_SM90_BWD_HEADDIM_XLIST "")
 foreach(d IN LISTS FLASHATTN_SM90_HEADDIMS)
-  if(d EQUAL 64 OR d EQUAL 128)
+  if(d EQUAL 64 OR d EQUAL 128 OR d EQUAL 256)
     list(APPEND FLASHATTN_SM90_BWD_HEADDIMS ${d})
     string(APPEND FLASHATTN_SM90_BWD_HEADDIM_XLIST " X(${d})")
   endif()

@@ -1,0 +1,300 @@
+// The sm90 backward's main kernel for head dim 256 (docs/kernels-sm90-backward.md): the key side
+// split by columns instead of keys. At D = 256 the narrow kernel's 64 keys per warpgroup would hold
+// 256 floats of dK and dV per thread; here a CTA owns 64 keys and warpgroup w the columns
+// [128w, 128w + 128) of their dK and dV (64 + 64 floats a thread), as FlashAttention-3 splits its
+// dK/dV tile at this head dim. Per step (64 query rows of one query head):
+//
+//   Sᵀ[:, q_w] = K·Q[q_w]ᵀ,  dPᵀ[:, q_w] = V·dO[q_w]ᵀ    (SS; q_w: this warpgroup's 32 of the queries)
+//   Pᵀ, dSᵀ of those columns                            → shared memory, [key][query] each
+//   ── both warpgroups' halves stored (named barrier) ──
+//   dV[:, c_w] += Pᵀ·dO[:, c_w],  dK[:, c_w] += dSᵀ·Q[:, c_w]     (SS: A the stored tiles, K-major)
+//   dQ[:, c_w]  = dS·K[:, c_w]                          (SS: dS as the MN-major view of dSᵀ), red.add
+//   ── both warpgroups done with P, dS and the stage (named barrier): the next loads may land ──
+//
+// Q and dO (32 KB each per step) go through two TMA stages; the loads of step k + 2 are issued after
+// step k's last barrier, a whole step ahead of their use. Rows past a sequence as in bwd_kernel.cuh.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "cuda/common/mask.cuh"
+#include "cuda/common/scores.cuh"
+#include "cuda/common/seqlen.cuh"
+#include "cuda/ptx/barrier.cuh"
+#include "cuda/ptx/fence.cuh"
+#include "cuda/ptx/ldmatrix.cuh"
+#include "cuda/ptx/math.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/red.cuh"
+#include "cuda/ptx/tma.cuh"
+#include "cuda/ptx/wgmma.cuh"
+#include "cuda/sm90/bwd_tile.cuh"
+
+namespace flashattn::cuda::sm90 {
+
+template <class TagT, int kHeadDim>
+struct BwdWideTraits {
+  using Tag = TagT;
+  static constexpr int kD = kHeadDim;
+  static constexpr int kBlockN = kWarpgroupRows;  // keys per CTA: wgmma's M for the key side
+  static constexpr int kBlockM = 64;              // query rows per step
+  static constexpr int kThreads = 2 * kWarpgroupThreads;
+  static constexpr int kStages = 2;
+  static constexpr int kChunks = kD / kSwizzleCols;
+  static constexpr int kHalf = kD / 2;         // columns of dK, dV and dQ per warpgroup
+  static constexpr int kQueries = kBlockM / 2;  // columns of Sᵀ and dPᵀ per warpgroup
+  static constexpr uint32_t kKVChunkBytes = kBlockN * kSwizzleRowBytes;
+  static constexpr uint32_t kKVBytes = kChunks * kKVChunkBytes;
+  static constexpr uint32_t kQChunkBytes = kBlockM * kSwizzleRowBytes;
+  static constexpr uint32_t kQBytes = kChunks * kQChunkBytes;
+  static constexpr uint32_t kDsBytes = kBlockN * kBlockM * 2;  // [key][query]: 64 queries are one 128-byte row
+  // Shared memory: K, V, the Q and dO stages, Pᵀ (BwdSmem::ds(0)) and dSᵀ (ds(1)), LSE·log2e and D.
+  static constexpr uint32_t kK = 0, kV = kKVBytes, kQ = 2 * kKVBytes;
+  static constexpr uint32_t kDO = kQ + kStages * kQBytes;
+  static constexpr uint32_t kDS = kDO + kStages * kQBytes;
+  static constexpr uint32_t kRowScalars = kDS + 2 * kDsBytes;
+  static constexpr uint32_t kSmemBytes = kRowScalars + kStages * 2 * kBlockM * 4 + kSwizzleAtomBytes;
+  static_assert(kHalf % kSwizzleCols == 0, "each warpgroup's columns are whole 64-column chunks");
+  static_assert(kSmemBytes <= 227 * 1024);
+};
+
+// The end of a step: both warpgroups are done with Pᵀ, dSᵀ and the stage (bwd_tile.cuh has 1 and 2).
+inline constexpr uint32_t kStepEndBarrier = 3;
+
+template <class Traits>
+struct BwdWideMainloop : BwdLoads<Traits> {
+  using Tag = typename Traits::Tag;
+  static constexpr ptx::Swizzle kSw = ptx::Swizzle::b128;
+  static constexpr int kP = 0, kDS = 1;  // BwdSmem::ds(): the Pᵀ and dSᵀ tiles
+  using BwdLoads<Traits>::sm;
+  using BwdLoads<Traits>::p;
+  using BwdLoads<Traits>::kb;
+  int wg, row0, g, t;  // row0 = 16 · (warp in the warpgroup): its rows of a 64-row accumulator (keys; dQ: queries)
+
+  // acc = (K or V)·(this warpgroup's 32 rows of Q or dO)ᵀ: its columns of Sᵀ or dPᵀ, all 64 keys.
+  __device__ __forceinline__ void issue_transposed_scores(float (&acc)[Traits::kQueries / 2], uint32_t rows_tile,
+                                                          uint32_t step_tile) const {
+    const uint64_t desc_a = ptx::wgmma_desc_k_major(rows_tile, kSw);
+    const uint64_t desc_b = ptx::wgmma_desc_k_major(step_tile + wg * Traits::kQueries * kSwizzleRowBytes, kSw);
+#pragma unroll
+    for (int ks = 0; ks < Traits::kD / 16; ++ks) {
+      ptx::wgmma_ss<Traits::kQueries, Tag>(acc, ptx::wgmma_desc_advance(desc_a, k_step_bytes(ks, Traits::kKVChunkBytes)),
+                                           ptx::wgmma_desc_advance(desc_b, k_step_bytes(ks, Traits::kQChunkBytes)),
+                                           ks > 0);
+    }
+    ptx::wgmma_commit();
+  }
+
+  // acc += (Pᵀ or dSᵀ, the stored [key][query] tile: K-major A, k over the 64 queries)·(dO or Q)[:, this
+  // warpgroup's columns] (MN-major B: its two 64-column chunks of the stage).
+  __device__ __forceinline__ void issue_key_side(float (&acc)[Traits::kHalf / 2], int tile, uint32_t step_tile) const {
+    const uint64_t desc_a = ptx::wgmma_desc_k_major(sm.ds(tile), kSw);
+    const uint64_t desc_b = ptx::wgmma_desc_mn_major(step_tile + wg * (Traits::kHalf / kSwizzleCols) * Traits::kQChunkBytes,
+                                                     kSw, Traits::kQChunkBytes);
+#pragma unroll
+    for (int kk = 0; kk < Traits::kBlockM / 16; ++kk) {
+      ptx::wgmma_ss<Traits::kHalf, Tag, ptx::Major::K, ptx::Major::MN>(
+          acc, ptx::wgmma_desc_advance(desc_a, 32 * kk), ptx::wgmma_desc_advance(desc_b, kk * 16 * kSwizzleRowBytes),
+          true);
+    }
+  }
+
+  // dq = dS·K[:, this warpgroup's columns]: dSᵀ [key][query] read as the MN-major A operand (M = the
+  // 64 queries), K's chunks as the MN-major B operand; k over the 64 keys.
+  __device__ __forceinline__ void issue_dq(float (&dq)[Traits::kHalf / 2]) const {
+    const uint64_t desc_a = ptx::wgmma_desc_mn_major(sm.ds(kDS), kSw, Traits::kDsBytes);
+    const uint64_t desc_b = ptx::wgmma_desc_mn_major(sm.k() + wg * (Traits::kHalf / kSwizzleCols) * Traits::kKVChunkBytes,
+                                                     kSw, Traits::kKVChunkBytes);
+#pragma unroll
+    for (int kk = 0; kk < Traits::kBlockN / 16; ++kk) {
+      ptx::wgmma_ss<Traits::kHalf, Tag, ptx::Major::MN, ptx::Major::MN>(
+          dq, ptx::wgmma_desc_advance(desc_a, kk * 16 * kSwizzleRowBytes),
+          ptx::wgmma_desc_advance(desc_b, kk * 16 * kSwizzleRowBytes), kk > 0);
+    }
+  }
+
+  // Element 4j + e of this warpgroup's Sᵀ columns: key row0 + g (+8 for e ≥ 2), query
+  // 32·wg + 8j + 2t (+1 for odd e), relative to the key block and the step.
+  __device__ __forceinline__ int query_of(int j, int e) const { return wg * Traits::kQueries + 8 * j + 2 * t + (e & 1); }
+
+  // Pᵀ in place of Sᵀ.
+  __device__ __forceinline__ void probabilities(float (&s)[Traits::kQueries / 2], int k, float mult) const {
+    const float* lse = sm.lse(k % Traits::kStages);
+    const int m0 = kb.m0(k, Traits::kBlockM);
+    const bool masked = kb.mask.tile_needs_mask(m0, Traits::kBlockM, kb.n0, Traits::kBlockN);
+#pragma unroll
+    for (int j = 0; j < Traits::kQueries / 8; ++j) {
+      const float2 l = *reinterpret_cast<const float2*>(lse + query_of(j, 0));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = fmaf(s[4 * j + e], mult, -(e & 1 ? l.y : l.x));
+        if (masked) {
+          const int key = kb.n0 + row0 + g + (e >= 2 ? 8 : 0);
+          if (!kb.mask.visible(m0 + query_of(j, e), key)) x = kMaskedScore;
+        }
+        s[4 * j + e] = ptx::exp2_approx(x);
+      }
+    }
+  }
+
+  // dSᵀ = Pᵀ∘(dPᵀ − D) in place of dPᵀ.
+  __device__ __forceinline__ void score_gradients(float (&dp)[Traits::kQueries / 2], const float (&pr)[Traits::kQueries / 2],
+                                                  int k) const {
+    const float* dsum = sm.dsum(k % Traits::kStages);
+#pragma unroll
+    for (int j = 0; j < Traits::kQueries / 8; ++j) {
+      const float2 d = *reinterpret_cast<const float2*>(dsum + query_of(j, 0));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[4 * j + e] = pr[4 * j + e] * (dp[4 * j + e] - (e & 1 ? d.y : d.x));
+    }
+  }
+
+  // This warpgroup's columns of Pᵀ or dSᵀ into the 128B-swizzled [key][query] tile.
+  __device__ __forceinline__ void store_tile(const float (&x)[Traits::kQueries / 2], int tile) const {
+    unsigned char* base = sm.generic + Traits::kDS + tile * Traits::kDsBytes;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = row0 + g + 8 * half;
+#pragma unroll
+      for (int j = 0; j < Traits::kQueries / 8; ++j) {
+        *reinterpret_cast<uint32_t*>(base + ptx::swizzle_128b_offset(r, 2 * query_of(j, 0))) =
+            ptx::pack2<Tag>(x[4 * j + 2 * half], x[4 * j + 2 * half + 1]);
+      }
+    }
+  }
+
+  // red.add of this warpgroup's dQ columns into the step's accumulator rows.
+  __device__ __forceinline__ void add_dq(const float (&dq)[Traits::kHalf / 2], int k) const {
+    const int64_t row = kb.ws_row(p, k, Traits::kBlockM) + row0 + g;
+    float* dst = p.dq_accum + row * Traits::kD + wg * Traits::kHalf + 2 * t;
+#pragma unroll
+    for (int j = 0; j < Traits::kHalf / 8; ++j) {
+      ptx::red_add_v2_f32(dst + 8 * j, dq[4 * j], dq[4 * j + 1]);
+      ptx::red_add_v2_f32(dst + 8 * Traits::kD + 8 * j, dq[4 * j + 2], dq[4 * j + 3]);
+    }
+  }
+};
+
+// dK·scale and dV of this warp's 16 keys in this warpgroup's columns (keys past seqlen_k not written).
+template <class Traits>
+__device__ __forceinline__ void store_key_side_wide(const BwdKernelParams& p, const BwdKeyBlock& kb, int wg, int row0,
+                                                    int g, int t, const float (&dk)[Traits::kHalf / 2],
+                                                    const float (&dv)[Traits::kHalf / 2]) {
+  using Tag = typename Traits::Tag;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int key = kb.n0 + row0 + g + 8 * half;
+    if (key >= kb.seq.seqlen_k) continue;
+    const int64_t row = kb.seq.k_offset + key;  // varlen: the packed row (batch strides are 0)
+    uint16_t* dk_row = static_cast<uint16_t*>(p.dk) + wg * Traits::kHalf +
+                       gmem_offset(kb.batch, row, kb.head_kv, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+    uint16_t* dv_row = static_cast<uint16_t*>(p.dv) + wg * Traits::kHalf +
+                       gmem_offset(kb.batch, row, kb.head_kv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+#pragma unroll
+    for (int j = 0; j < Traits::kHalf / 8; ++j) {
+      const int e = 4 * j + 2 * half;
+      *reinterpret_cast<uint32_t*>(dk_row + 8 * j + 2 * t) = ptx::pack2<Tag>(dk[e] * p.scale, dk[e + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv_row + 8 * j + 2 * t) = ptx::pack2<Tag>(dv[e], dv[e + 1]);
+    }
+  }
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    bwd_kernel_wide(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                    const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
+                    const __grid_constant__ BwdKernelParams p) {
+#if FLASHATTN_PTX_SM90A
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ uint64_t bars[1 + Traits::kStages];
+  const uint32_t raw = ptx::smem_addr(smem_raw);
+  const uint32_t base = (raw + kSwizzleAtomBytes - 1) / kSwizzleAtomBytes * kSwizzleAtomBytes;
+  unsigned char* generic = smem_raw + (base - raw);
+  const BwdSmem<Traits> sm{base, generic, reinterpret_cast<float*>(generic + Traits::kRowScalars),
+                           ptx::smem_addr(&bars[0])};
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32;
+  const BwdKeyBlock kb = bwd_key_block<Traits>(p);
+  if (!kb.has_keys()) return;  // varlen: past this sequence's keys (the grid covers the longest)
+  const int wg = tid / kWarpgroupThreads, row0 = (tid % kWarpgroupThreads / 32) * 16;
+  const BwdWideMainloop<Traits> ml{{sm, p, &tm_q, &tm_do, kb, tid}, wg, row0, lane / 4, lane % 4};
+
+  if (tid == 0) {
+    ptx::mbarrier_init(sm.kv_full(), 1);
+#pragma unroll
+    for (int s = 0; s < Traits::kStages; ++s) ptx::mbarrier_init(sm.q_full(s), 1);
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (tid == 0 && kb.steps > 0) {
+    ptx::mbarrier_arrive_expect_tx(sm.kv_full(), 2 * Traits::kKVBytes);
+#pragma unroll
+    for (int c = 0; c < Traits::kChunks; ++c) {
+      ptx::tma_load(sm.k() + c * Traits::kKVChunkBytes, &tm_k, sm.kv_full(), c * kSwizzleCols, kb.k_row0 + kb.n0,
+                    kb.head_kv, kb.tma_batch);
+      ptx::tma_load(sm.v() + c * Traits::kKVChunkBytes, &tm_v, sm.kv_full(), c * kSwizzleCols, kb.k_row0 + kb.n0,
+                    kb.head_kv, kb.tma_batch);
+    }
+    for (int k = 0; k < Traits::kStages && k < kb.steps; ++k) ml.load_step(k);
+  }
+  if (tid < 2 * Traits::kBlockM) {
+    for (int k = 0; k < Traits::kStages && k < kb.steps; ++k) ml.store_row_scalar(k, ml.read_row_scalar(k));
+  }
+  __syncthreads();
+
+  float dk[Traits::kHalf / 2], dv[Traits::kHalf / 2];
+#pragma unroll
+  for (int i = 0; i < Traits::kHalf / 2; ++i) dk[i] = dv[i] = 0.f;
+  const float mult = p.scale * kLog2e;
+  if (kb.steps > 0) {
+    ptx::mbarrier_wait(sm.kv_full(), 0);
+    ml.zero_key_tail();
+  }
+
+  for (int k = 0; k < kb.steps; ++k) {
+    const int s = k % Traits::kStages;
+    ptx::mbarrier_wait(sm.q_full(s), (k / Traits::kStages) & 1);
+    ml.zero_query_tail(k);
+    float st[Traits::kQueries / 2], dpt[Traits::kQueries / 2];
+    ptx::wgmma_fence();
+    ml.issue_transposed_scores(st, sm.k(), sm.q(s));
+    ml.issue_transposed_scores(dpt, sm.v(), sm.dout(s));
+    ptx::wgmma_wait<1>();
+    ptx::wgmma_fence_operand(st);
+    ml.probabilities(st, k, mult);
+    ptx::wgmma_wait<0>();
+    ptx::wgmma_fence_operand(dpt);
+    ml.score_gradients(dpt, st, k);
+    ml.store_tile(st, BwdWideMainloop<Traits>::kP);
+    ml.store_tile(dpt, BwdWideMainloop<Traits>::kDS);
+    ptx::fence_proxy_async_shared_cta();  // the generic stores, before wgmma reads them
+    ptx::named_barrier_sync(kDsBarrier, Traits::kThreads);
+    float next_scalar = 0.f;
+    if (tid < 2 * Traits::kBlockM && k + 2 < kb.steps) next_scalar = ml.read_row_scalar(k + 2);
+
+    float dq[Traits::kHalf / 2];
+    ptx::wgmma_fence_operand(dv);
+    ptx::wgmma_fence_operand(dk);
+    ptx::wgmma_fence();
+    ml.issue_key_side(dv, BwdWideMainloop<Traits>::kP, sm.dout(s));
+    ml.issue_key_side(dk, BwdWideMainloop<Traits>::kDS, sm.q(s));
+    ml.issue_dq(dq);
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+    ptx::wgmma_fence_operand(dq);
+    ptx::wgmma_fence_operand(dv);
+    ptx::wgmma_fence_operand(dk);
+    ml.add_dq(dq, k);
+    // Both warpgroups are past this step's products: the stage and the two tiles are free.
+    ptx::named_barrier_sync(kStepEndBarrier, Traits::kThreads);
+    if (tid == 0 && k + 2 < kb.steps) ml.load_step(k + 2);
+    if (tid < 2 * Traits::kBlockM && k + 2 < kb.steps) ml.store_row_scalar(k + 2, next_scalar);
+  }
+  store_key_side_wide<Traits>(p, kb, wg, row0, lane / 4, lane % 4, dk, dv);
+#else
+  FLASHATTN_PTX_UNSUPPORTED("the sm90 backward kernel needs sm_90a");
+#endif
+}
+
+}  // namespace flashattn::cuda::sm90

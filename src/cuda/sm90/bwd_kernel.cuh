@@ -130,37 +130,8 @@ struct BwdMainloop : BwdLoads<Traits> {
     ptx::wgmma_commit();
   }
 
-  // ---- the elementwise part ---------------------------------------------------------------------
-  // Pᵀ in place of Sᵀ. Element 4j + e: key row0 + g (+8 for e ≥ 2), query 8j + 2t (+1 for odd e).
-  __device__ __forceinline__ void probabilities(float (&s)[kN / 2], int k, float mult) const {
-    const float* lse = sm.lse(k % Traits::kStages);
-    const int m0 = kb.m0(k, Traits::kBlockM);
-    const bool masked = kb.mask.tile_needs_mask(m0, Traits::kBlockM, kb.n0, Traits::kBlockN);
-#pragma unroll
-    for (int j = 0; j < kN / 8; ++j) {
-      const float2 l = *reinterpret_cast<const float2*>(lse + 8 * j + 2 * t);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = fmaf(s[4 * j + e], mult, -(e & 1 ? l.y : l.x));
-        if (masked) {
-          const int key = kb.n0 + row0 + g + (e >= 2 ? 8 : 0), query = m0 + 8 * j + 2 * t + (e & 1);
-          if (!kb.mask.visible(query, key)) x = kMaskedScore;
-        }
-        s[4 * j + e] = ptx::exp2_approx(x);
-      }
-    }
-  }
-
-  // dSᵀ = Pᵀ∘(dPᵀ − D) in place of dPᵀ.
-  __device__ __forceinline__ void score_gradients(float (&dp)[kN / 2], const float (&pr)[kN / 2], int k) const {
-    const float* dsum = sm.dsum(k % Traits::kStages);
-#pragma unroll
-    for (int j = 0; j < kN / 8; ++j) {
-      const float2 d = *reinterpret_cast<const float2*>(dsum + 8 * j + 2 * t);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dp[4 * j + e] = pr[4 * j + e] * (dp[4 * j + e] - (e & 1 ? d.y : d.x));
-    }
-  }
+  // ---- the elementwise part (bwd_tile.cuh's BwdScoreTile) ----------------------------------------
+  __device__ BwdScoreTile score_tile(int k) const { return BwdLoads<Traits>::score_tile(k, row0, 0, g, t); }
 
   // Columns 16kk .. 16kk + 15 of an accumulator, packed pairwise: the A fragment of k-step kk.
   __device__ __forceinline__ static void pack(uint32_t (&a)[kN / 16][4], const float (&x)[kN / 2]) {
@@ -267,7 +238,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   float dk[Traits::kD / 2], dv[Traits::kD / 2];
 #pragma unroll
   for (int i = 0; i < Traits::kD / 2; ++i) dk[i] = dv[i] = 0.f;
-  const float mult = p.scale * kLog2e;  // S → log2-domain logits (scale > 0 or not: P's formula is the same)
+  const float mult = p.scale * kLog2e;  // S → log2-domain logits (plain or prescaled: P's formula is the same)
   if (kb.steps > 0) {
     ptx::mbarrier_wait(sm.kv_full(), 0);
     ml.zero_key_tail();
@@ -281,12 +252,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::wgmma_fence();
     ml.issue_transposed_scores(st, sm.k(), sm.q(s));
     ml.issue_transposed_scores(dpt, sm.v(), sm.dout(s));
-    ptx::wgmma_wait<1>();
-    ptx::wgmma_fence_operand(st);
-    ml.probabilities(st, k, mult);
-    ptx::wgmma_wait<0>();
-    ptx::wgmma_fence_operand(dpt);
-    ml.score_gradients(dpt, st, k);
+    const BwdScoreTile tile = ml.score_tile(k);
+    if (p.scores.mode == ScoreMode::softcap) {  // P and dS in one pass, once both products are done
+      ptx::wgmma_wait<0>();
+      ptx::wgmma_fence_operand(st);
+      ptx::wgmma_fence_operand(dpt);
+      tile.softcapped(st, dpt, p.scores);
+    } else {  // P while dPᵀ's product still runs
+      ptx::wgmma_wait<1>();
+      ptx::wgmma_fence_operand(st);
+      tile.probabilities(st, mult);
+      ptx::wgmma_wait<0>();
+      ptx::wgmma_fence_operand(dpt);
+      tile.score_gradients(dpt, st);
+    }
 
     uint32_t pa[BwdMainloop<Traits>::kN / 16][4], da[BwdMainloop<Traits>::kN / 16][4];
     BwdMainloop<Traits>::pack(pa, st);

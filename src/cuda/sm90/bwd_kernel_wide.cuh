@@ -115,41 +115,11 @@ struct BwdWideMainloop : BwdLoads<Traits> {
     }
   }
 
-  // Element 4j + e of this warpgroup's Sᵀ columns: key row0 + g (+8 for e ≥ 2), query
-  // 32·wg + 8j + 2t (+1 for odd e), relative to the key block and the step.
-  __device__ __forceinline__ int query_of(int j, int e) const { return wg * Traits::kQueries + 8 * j + 2 * t + (e & 1); }
-
-  // Pᵀ in place of Sᵀ.
-  __device__ __forceinline__ void probabilities(float (&s)[Traits::kQueries / 2], int k, float mult) const {
-    const float* lse = sm.lse(k % Traits::kStages);
-    const int m0 = kb.m0(k, Traits::kBlockM);
-    const bool masked = kb.mask.tile_needs_mask(m0, Traits::kBlockM, kb.n0, Traits::kBlockN);
-#pragma unroll
-    for (int j = 0; j < Traits::kQueries / 8; ++j) {
-      const float2 l = *reinterpret_cast<const float2*>(lse + query_of(j, 0));
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = fmaf(s[4 * j + e], mult, -(e & 1 ? l.y : l.x));
-        if (masked) {
-          const int key = kb.n0 + row0 + g + (e >= 2 ? 8 : 0);
-          if (!kb.mask.visible(m0 + query_of(j, e), key)) x = kMaskedScore;
-        }
-        s[4 * j + e] = ptx::exp2_approx(x);
-      }
-    }
+  // The step's elementwise view (bwd_tile.cuh): this warp's 16 keys, this warpgroup's 32 queries.
+  __device__ BwdScoreTile score_tile(int k) const {
+    return BwdLoads<Traits>::score_tile(k, row0, wg * Traits::kQueries, g, t);
   }
-
-  // dSᵀ = Pᵀ∘(dPᵀ − D) in place of dPᵀ.
-  __device__ __forceinline__ void score_gradients(float (&dp)[Traits::kQueries / 2], const float (&pr)[Traits::kQueries / 2],
-                                                  int k) const {
-    const float* dsum = sm.dsum(k % Traits::kStages);
-#pragma unroll
-    for (int j = 0; j < Traits::kQueries / 8; ++j) {
-      const float2 d = *reinterpret_cast<const float2*>(dsum + query_of(j, 0));
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dp[4 * j + e] = pr[4 * j + e] * (dp[4 * j + e] - (e & 1 ? d.y : d.x));
-    }
-  }
+  __device__ int query_of(int j) const { return wg * Traits::kQueries + 8 * j + 2 * t; }
 
   // This warpgroup's columns of Pᵀ or dSᵀ into the 128B-swizzled [key][query] tile.
   __device__ __forceinline__ void store_tile(const float (&x)[Traits::kQueries / 2], int tile) const {
@@ -159,7 +129,7 @@ struct BwdWideMainloop : BwdLoads<Traits> {
       const int r = row0 + g + 8 * half;
 #pragma unroll
       for (int j = 0; j < Traits::kQueries / 8; ++j) {
-        *reinterpret_cast<uint32_t*>(base + ptx::swizzle_128b_offset(r, 2 * query_of(j, 0))) =
+        *reinterpret_cast<uint32_t*>(base + ptx::swizzle_128b_offset(r, 2 * query_of(j))) =
             ptx::pack2<Tag>(x[4 * j + 2 * half], x[4 * j + 2 * half + 1]);
       }
     }
@@ -260,12 +230,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::wgmma_fence();
     ml.issue_transposed_scores(st, sm.k(), sm.q(s));
     ml.issue_transposed_scores(dpt, sm.v(), sm.dout(s));
-    ptx::wgmma_wait<1>();
-    ptx::wgmma_fence_operand(st);
-    ml.probabilities(st, k, mult);
-    ptx::wgmma_wait<0>();
-    ptx::wgmma_fence_operand(dpt);
-    ml.score_gradients(dpt, st, k);
+    const BwdScoreTile tile = ml.score_tile(k);
+    if (p.scores.mode == ScoreMode::softcap) {  // P and dS in one pass, once both products are done
+      ptx::wgmma_wait<0>();
+      ptx::wgmma_fence_operand(st);
+      ptx::wgmma_fence_operand(dpt);
+      tile.softcapped(st, dpt, p.scores);
+    } else {  // P while dPᵀ's product still runs
+      ptx::wgmma_wait<1>();
+      ptx::wgmma_fence_operand(st);
+      tile.probabilities(st, mult);
+      ptx::wgmma_wait<0>();
+      ptx::wgmma_fence_operand(dpt);
+      tile.score_gradients(dpt, st);
+    }
     ml.store_tile(st, BwdWideMainloop<Traits>::kP);
     ml.store_tile(dpt, BwdWideMainloop<Traits>::kDS);
     ptx::fence_proxy_async_shared_cta();  // the generic stores, before wgmma reads them

@@ -1,6 +1,6 @@
 // What the sm90 backward's kernels share (bwd_kernel.cuh: head dims 64 and 128; bwd_kernel_wide.cuh:
 // 256): the shared-memory layout's accessors, the CTA's key block and the steps it walks, the grid
-// order, and the loads of a step. A Traits names the tile: kD, kBlockN (keys per CTA), kBlockM (query
+// order, the elementwise part of a step (P, dS, the soft cap's slope) and the loads of a step. A Traits names the tile: kD, kBlockN (keys per CTA), kBlockM (query
 // rows per step), kThreads, kStages, kChunks (64-column chunks of a row), the byte sizes kKVChunkBytes,
 // kKVBytes, kQChunkBytes, kQBytes, kDsBytes and the offsets kK, kV, kQ, kDO, kDS, kRowScalars.
 #pragma once
@@ -10,9 +10,11 @@
 #include <cstdint>
 
 #include "cuda/common/mask.cuh"
+#include "cuda/common/scores.cuh"
 #include "cuda/common/seqlen.cuh"
 #include "cuda/ptx/barrier.cuh"
 #include "cuda/ptx/fence.cuh"
+#include "cuda/ptx/math.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/sm80/bwd_params.cuh"
@@ -106,6 +108,72 @@ __device__ __forceinline__ uint32_t k_step_bytes(int ks, uint32_t chunk_bytes) {
   return (ks / 4) * chunk_bytes + 32 * (ks % 4);
 }
 
+// ---- the elementwise part of a step -------------------------------------------------------------
+// A warp's part of the step's Sᵀ and dPᵀ accumulators (the wgmma fragment, ptx/wgmma.cuh): element
+// 4j + e is key key0 + g (+8 for e ≥ 2) and query query0 + 8j + 2t (+1 for odd e), both relative to
+// the key block and the step; lse and dsum are the step's LSE·log2e and D in shared memory.
+struct BwdScoreTile {
+  const float* lse;
+  const float* dsum;
+  const BwdKeyBlock& kb;
+  int m0;       // the step's first query row
+  bool masked;  // whether the tile straddles the mask or a sequence's end (Mask::tile_needs_mask)
+  int key0, query0, g, t;
+
+  __device__ int key(int e) const { return key0 + g + (e >= 2 ? 8 : 0); }
+  __device__ int query(int j, int e) const { return query0 + 8 * j + 2 * t + (e & 1); }
+  // x, or −inf where the element is masked.
+  __device__ float masked_score(float x, int j, int e) const {
+    return masked && !kb.mask.visible(m0 + query(j, e), kb.n0 + key(e)) ? kMaskedScore : x;
+  }
+  __device__ float2 pair(const float* row_scalars, int j) const {
+    return *reinterpret_cast<const float2*>(row_scalars + query(j, 0));
+  }
+
+  // Pᵀ = exp2(Sᵀ·mult − LSE·log2e) in place of Sᵀ (mult = scale·log2e: plain and prescaled scores).
+  template <int kFloats>
+  __device__ __forceinline__ void probabilities(float (&s)[kFloats], float mult) const {
+#pragma unroll
+    for (int j = 0; j < kFloats / 4; ++j) {
+      const float2 l = pair(lse, j);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[4 * j + e] = ptx::exp2_approx(masked_score(fmaf(s[4 * j + e], mult, -(e & 1 ? l.y : l.x)), j, e));
+      }
+    }
+  }
+
+  // dSᵀ = Pᵀ∘(dPᵀ − D) in place of dPᵀ.
+  template <int kFloats>
+  __device__ __forceinline__ void score_gradients(float (&dp)[kFloats], const float (&pr)[kFloats]) const {
+#pragma unroll
+    for (int j = 0; j < kFloats / 4; ++j) {
+      const float2 d = pair(dsum, j);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[4 * j + e] = pr[4 * j + e] * (dp[4 * j + e] - (e & 1 ? d.y : d.x));
+    }
+  }
+
+  // The soft cap (common/scores.cuh): x = cap·log2e·tanh(S·scale / cap), Pᵀ = exp2(x − LSE·log2e)
+  // in place of Sᵀ and dSᵀ = Pᵀ∘(dPᵀ − D)·(1 − tanh²) in place of dPᵀ, in one pass once both
+  // products are done (the slope is taken from the tanh P is made of; the scale is applied to dK and
+  // dQ at the end, as for plain scores).
+  template <int kFloats>
+  __device__ __forceinline__ void softcapped(float (&s)[kFloats], float (&dp)[kFloats], const ScoreTransform& sc) const {
+#pragma unroll
+    for (int j = 0; j < kFloats / 4; ++j) {
+      const float2 l = pair(lse, j), d = pair(dsum, j);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float th = tanh_accurate(s[4 * j + e] * sc.in_mult);
+        const float pr = ptx::exp2_approx(masked_score(fmaf(sc.out_mult, th, -(e & 1 ? l.y : l.x)), j, e));
+        s[4 * j + e] = pr;
+        dp[4 * j + e] = pr * (dp[4 * j + e] - (e & 1 ? d.y : d.x)) * fmaf(-th, th, 1.f);
+      }
+    }
+  }
+};
+
 // What every warp of the backward's CTA does alike: the TMA loads of a step's Q and dO (thread 0), its
 // LSE·log2e and D (threads 0..127), and the varlen tails zeroed in shared memory. The mainloops
 // (bwd_kernel.cuh, bwd_kernel_wide.cuh) add their products to it.
@@ -128,6 +196,12 @@ struct BwdLoads {
       ptx::tma_load(sm.dout(s) + c * Traits::kQChunkBytes, tm_do, sm.q_full(s), c * kSwizzleCols, kb.q_row0 + m0,
                     head, kb.tma_batch);
     }
+  }
+  // The step's elementwise view for a warp whose fragment starts at key key0, query query0.
+  __device__ BwdScoreTile score_tile(int k, int key0, int query0, int g, int t) const {
+    const int s = k % Traits::kStages, m0 = kb.m0(k, Traits::kBlockM);
+    return {sm.lse(s), sm.dsum(s), kb, m0, kb.mask.tile_needs_mask(m0, Traits::kBlockM, kb.n0, Traits::kBlockN),
+            key0, query0, g, t};
   }
   // Thread tid < 128's LSE·log2e (tid < 64) or D (64 ≤ tid < 128) of row tid % 64 of step k.
   __device__ float read_row_scalar(int k) const {

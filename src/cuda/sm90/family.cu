@@ -188,9 +188,6 @@ Status check_bwd_features(const BwdParams& p) {
                            std::to_string(kMaxPackedRows) + " packed rows)");
   }
   if (p.deterministic) return bwd_unsupported("deterministic = true runs on the sm80 backward (dQ here is added by atomics)");
-  if (score_slope_varies(make_score_transform(p.options))) {
-    return bwd_unsupported("softcap runs on the sm80 backward");
-  }
   return Status::success();
 }
 

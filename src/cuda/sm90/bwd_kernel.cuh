@@ -4,12 +4,14 @@
 // block of 64 rows of one query head), with Q, dO, LSE·log2e and D of the step in shared memory:
 //
 //   Sᵀ  = K_w·Qᵀ,  dPᵀ = V_w·dOᵀ                 (SS; this warpgroup's keys as the M dimension)
-//   Pᵀ  = exp2(Sᵀ·scale·log2e − LSE·log2e)       (masked where the tile straddles the mask)
-//   dSᵀ = Pᵀ∘(dPᵀ − D)                            → shared memory, [key][query]
+//   Pᵀ  = exp2(Sᵀ·scale·log2e − LSE·log2e)       (masked where the tile straddles the mask;
+//   dSᵀ = Pᵀ∘(dPᵀ − D)                            soft cap: bwd_tile.cuh's BwdScoreTile)
+//                                                 dSᵀ → shared memory, [key][query]
 //   dV += Pᵀ·dO,  dK += dSᵀ·Q                     (RS: Pᵀ and dSᵀ from registers, as the forward's P)
 //   ── both warpgroups' dSᵀ stored (named barrier) ──
-//   dQ[:, half w] = dS·K[:, half w]               (SS: dS as the MN-major A operand), red.add into
-//                                                 the fp32 accumulator (row-major rows of the
+//   dQ[:, half w] = dS·K[:, half w]               (SS: dS as the MN-major A operand; D = 64: each
+//                                                 warpgroup all columns over its own keys), red.add
+//                                                 into the fp32 accumulator (row-major rows of the
 //                                                 workspace, bwd_params.cuh; the postprocess scales)
 //
 // The queries' side is the transposed one (FlashAttention-3's): the wgmma accumulator of Sᵀ has the
@@ -22,7 +24,8 @@
 // LSE = +inf in the workspace (P = 0); their rows of K, V, Q and dO must also be zeros, or else
 // 0 · NaN would reach dQ, dK and dV. Padded batches: TMA fills them with zeros (the maps end at the
 // sequence). Varlen (the maps over the packed tensors): a box may run into the next sequence or
-// into packed rows of none, so they are zeroed in shared memory (zero_key_tail, zero_query_tail).
+// into packed rows of none, so they are zeroed in shared memory (bwd_tile.cuh's zero_key_tail,
+// zero_query_tail).
 #pragma once
 
 #include <cuda.h>

@@ -45,14 +45,20 @@ SHAPES = (
 )
 
 
+def mask_of(window):
+    """(causal, the window the calls take): window (-1, 0) is causal, passed as causal=True."""
+    causal = window == (-1, 0)
+    return causal, ((-1, -1) if causal else window)
+
+
 def user_ways(q, k, v, do, cu, s, window, deterministic):
     """The py and sdpa ways (module docstring): one forward each, then each call one autograd.grad."""
     import flashattn
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
-    causal = window == (-1, 0)
+    causal, win = mask_of(window)
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
-    opts = dict(causal=causal, window_size=(-1, -1) if causal else window, deterministic=deterministic, path="sm80")
+    opts = dict(causal=causal, window_size=win, deterministic=deterministic, path="sm80")
     if cu is None:
         o = flashattn.flash_attn_func(qg, kg, vg, **opts)
     else:
@@ -79,16 +85,15 @@ def shape_ways(libs, batch, s, h, hk, d, window, deterministic=False, py=False):
     if varlen:
         cu = torch.tensor([0] + [sum(batch[:i + 1]) for i in range(len(batch))], device="cuda", dtype=torch.int32)
     seq = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=s, max_seqlen_k=s) if varlen else {}
-    causal = window == (-1, 0)
+    causal, win = mask_of(window)
     ways, keep = {}, []
     first = next(iter(libs.values()))
     out = torch.empty_like(q)
     lse = torch.empty(*((h, sum(batch)) if varlen else (batch, h, s)), device="cuda", dtype=torch.float32)
-    first.forward(first.args(q, k, v, out, lse, causal=causal, window=(-1, -1) if causal else window, **seq))
+    first.forward(first.args(q, k, v, out, lse, causal=causal, window=win, **seq))
     for name, fa in libs.items():
         g = [torch.empty_like(t) for t in (q, k, v)]
-        a = fa.args(q, k, v, out, lse, do, *g, causal=causal, window=(-1, -1) if causal else window,
-                    deterministic=deterministic, **seq)
+        a = fa.args(q, k, v, out, lse, do, *g, causal=causal, window=win, deterministic=deterministic, **seq)
         keep += [a, g, fa.with_workspace(a, True, q.device)]
         ways[name] = (lambda fa=fa, a=a: fa.backward(a))
     if causal:  # PyTorch's entry has no sliding window

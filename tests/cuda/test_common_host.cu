@@ -77,6 +77,21 @@ TEST(CudaMask, RangesMatchBruteForce) {
         if (any) ASSERT_TRUE(b >= mb && b < me) << "key tile " << n0 << " skips query block " << b;
       }
     }
+    // deterministic dQ order: the key blocks that visit a query tile (by the backward's walk, above)
+    // are contiguous, and under a right edge the last of them is last_n_block_visiting
+    for (int m0 = 0; m0 < m.seqlen_q; m0 += bm) {
+      int first = -1, last = -1;
+      for (int n = 0; n * bn < m.seqlen_k; ++n) {
+        const int mb = m.m_block_begin(n * bn, bm), me = m.m_block_end(n * bn, bn, bm);
+        if (m0 / bm < mb || m0 / bm >= me) continue;
+        if (first < 0) first = n;
+        ASSERT_EQ(n, last + (last < 0 ? n + 1 : 1)) << "key blocks visiting query tile " << m0 << " not contiguous";
+        last = n;
+      }
+      if (first < 0) continue;
+      ASSERT_EQ(first, m.left < 0 ? 0 : m.n_block_begin(m0, bn)) << "first key block of query tile " << m0;
+      if (m.right >= 0) ASSERT_EQ(last, m.last_n_block_visiting(m0, bm, bn)) << "last key block of query tile " << m0;
+    }
   }
 }
 

@@ -88,6 +88,15 @@ struct Mask {
     return imax(0, m_block_end(n0, bn, bm) - m_block_begin(n0, bm));
   }
 
+  // The highest key block of width bn that visits the query tile at m0 (height bm) under a
+  // right-bounded mask, consistent with m_block_begin (key block n visits it only if
+  // n·bn ≤ m0 + bm − 1 + diag + right) and m_block_end (monotone in n, so if key block n visits the
+  // tile, every key block up to this one does): the backward's deterministic dQ order counts from
+  // it. Only for tiles some key block visits, so the division sees a non-negative value.
+  FLASHATTN_HD constexpr int last_n_block_visiting(int m0, int bm, int bn) const {
+    return imin(ceil_div(seqlen_k, bn) - 1, (m0 + bm - 1 + diag() + right) / bn);
+  }
+
   // Whether the tile pair (queries [m0, m0 + bm), keys [n0, n0 + bn)) holds any invisible element
   // with a query row < seqlen_q, i.e. whether per-element masking is needed there. Conservative in
   // one way only: it may say true for a tile that is all visible, never false for one that isn't.

@@ -25,14 +25,6 @@
 
 namespace flashattn::cuda::sm80 {
 
-// The highest key block that visits the query tile at m0 under a right-bounded mask, consistent
-// with Mask::m_block_begin (key block n visits it only if n·bn ≤ m0 + bm − 1 + diag + right) and
-// m_block_end (monotone in n, so if key block n visits the tile, every key block up to this one
-// does). Only called for tiles some key block visits, so the division sees a non-negative value.
-__device__ __forceinline__ int last_key_block_visiting(const Mask& mask, int m0, int bm, int bn) {
-  return imin(ceil_div(mask.seqlen_k, bn) - 1, (m0 + bm - 1 + mask.diag() + mask.right) / bn);
-}
-
 // The deterministic counter of the query tile whose first workspace row is ws_row.
 template <int kBM>
 __device__ __forceinline__ int32_t* dq_tile_counter(int32_t* counters, int64_t ws_row) {
@@ -45,7 +37,7 @@ template <int kBM, int kBN>
 __device__ __forceinline__ void wait_dq_turn(const BwdKernelParams& p, const Mask& mask, const BwdBlockIndex& ix,
                                              KeyBlockOrder key_order, int m0, int64_t ws_row, int tid) {
   if (p.deterministic && tid == 0) {
-    const int32_t turn = key_order == KeyBlockOrder::descending ? last_key_block_visiting(mask, m0, kBM, kBN) - ix.n_block
+    const int32_t turn = key_order == KeyBlockOrder::descending ? mask.last_n_block_visiting(m0, kBM, kBN) - ix.n_block
                                        : ix.n_block - mask.n_block_begin(m0, kBN);
     const int32_t* counter = dq_tile_counter<kBM>(p.counters, ws_row);
     while (ptx::ld_acquire_s32(counter) != turn) {

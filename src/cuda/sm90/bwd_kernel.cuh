@@ -295,7 +295,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::wgmma_fence_operand(dq);
     ptx::wgmma_fence_operand(dv);
     ptx::wgmma_fence_operand(dk);
-    ml.add_dq(dq, k);
+    ml.wait_dq_turn(k);
+    if (p.deterministic) __syncthreads();
+    if (Traits::kDqOwnKeys && p.deterministic) {  // both partials into the same rows: warpgroup 0's first
+      if (wg == 0) ml.add_dq(dq, k);
+      __syncthreads();
+      if (wg == 1) ml.add_dq(dq, k);
+    } else {
+      ml.add_dq(dq, k);
+    }
+    if (p.deterministic) {
+      __syncthreads();  // every thread's additions before the release
+      ml.pass_dq_turn(k);
+    }
     if (tid < 2 * Traits::kBlockM && k + 2 < kb.steps) ml.store_row_scalar(k + 2, next_scalar);
   }
   store_key_side<Traits>(p, kb, row0, lane / 4, lane % 4, dk, dv);

@@ -263,9 +263,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::wgmma_fence_operand(dq);
     ptx::wgmma_fence_operand(dv);
     ptx::wgmma_fence_operand(dk);
-    ml.add_dq(dq, k);
-    // Both warpgroups are past this step's products: the stage and the two tiles are free.
+    ml.wait_dq_turn(k);
+    if (p.deterministic) __syncthreads();
+    ml.add_dq(dq, k);  // the warpgroups' columns are disjoint: no order between them
+    // Both warpgroups are past this step's products (and its dQ additions): the stage and the two
+    // tiles are free, and the dQ turn may pass on.
     ptx::named_barrier_sync(kStepEndBarrier, Traits::kThreads);
+    ml.pass_dq_turn(k);
     if (tid == 0 && k + 2 < kb.steps) ml.load_step(k + 2);
     if (tid < 2 * Traits::kBlockM && k + 2 < kb.steps) ml.store_row_scalar(k + 2, next_scalar);
   }

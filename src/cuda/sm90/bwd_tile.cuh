@@ -14,8 +14,11 @@
 #include "cuda/common/seqlen.cuh"
 #include "cuda/ptx/barrier.cuh"
 #include "cuda/ptx/fence.cuh"
+#include "cuda/ptx/globaltimer.cuh"
+#include "cuda/ptx/ld_acquire.cuh"
 #include "cuda/ptx/math.cuh"
 #include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/red.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/sm80/bwd_params.cuh"
 #include "cuda/sm90/fwd_shape.hpp"
@@ -71,9 +74,9 @@ struct BwdKeyBlock {
 };
 
 // The grid's order: blockIdx.x = key block + num_n_blocks · (kv head + heads_kv · sequence), the
-// CTAs of one head together (they read the same Q and dO); under a mask (p.key_blocks_outer) the key
-// block outermost instead, so that the longest blocks of every head start first (causal: the first
-// key blocks walk the most steps), as sm80's scheduler does.
+// CTAs of one head together (they read the same Q and dO); under a mask (p.key_blocks_outer, not in
+// deterministic mode) the key block outermost instead, so that the longest blocks of every head start
+// first (causal: the first key blocks walk the most steps), as sm80's scheduler does.
 template <class Traits>
 __device__ __forceinline__ BwdKeyBlock bwd_key_block(const BwdKernelParams& p) {
   BwdKeyBlock b;
@@ -87,6 +90,9 @@ __device__ __forceinline__ BwdKeyBlock bwd_key_block(const BwdKernelParams& p) {
     n_block = bid % p.num_n_blocks;
     pair = bid / p.num_n_blocks;
   }
+  // Deterministic mode under a right-bounded mask: the key blocks add into a query tile's dQ from
+  // the last to the first, so the grid runs them in that order (BwdLoads::wait_dq_turn).
+  if (p.deterministic && p.window_right >= 0) n_block = p.num_n_blocks - 1 - n_block;
   b.head_kv = pair % p.heads_kv;
   b.batch = pair / p.heads_kv;
   b.n0 = n_block * Traits::kBlockN;
@@ -203,6 +209,35 @@ struct BwdLoads {
     return {sm.lse(s), sm.dsum(s), kb, m0, kb.mask.tile_needs_mask(m0, Traits::kBlockM, kb.n0, Traits::kBlockN),
             key0, query0, g, t};
   }
+  // ---- deterministic mode: dQ added in a fixed key-block order per query tile ----------------------
+  // sm80/bwd_dq.cuh's rule: counters[query head][query tile] (zeroed by the preprocess) counts the key
+  // blocks that have added into the tile; a key block waits until it equals its place in the order
+  // (ascending key blocks, descending under a right-bounded mask), adds, and after a barrier passes
+  // the turn on with a release. Every key block a CTA waits for has a lower block index (the grid's
+  // order, bwd_key_block), so it has started. A wait over kTurnTimeoutNs (far beyond any real one:
+  // a whole chain of steps takes milliseconds) traps, an error instead of a hang.
+  static constexpr uint64_t kTurnTimeoutNs = uint64_t{20} * 1000 * 1000 * 1000;
+
+  __device__ int32_t* dq_counter(int k) const { return p.counters + kb.ws_row(p, k, Traits::kBlockM) / Traits::kBlockM; }
+
+  // Thread 0: until the key blocks before this one have added into step k's query tile (the barrier
+  // after it holds the others).
+  __device__ void wait_dq_turn(int k) const {
+    if (!p.deterministic || tid != 0) return;
+    const int m0 = kb.m0(k, Traits::kBlockM), n_block = kb.n0 / Traits::kBlockN;
+    const int turn = p.window_right >= 0 ? kb.mask.last_n_block_visiting(m0, Traits::kBlockM, Traits::kBlockN) - n_block
+                                         : n_block - kb.mask.n_block_begin(m0, Traits::kBlockN);
+    const int32_t* counter = dq_counter(k);
+    const uint64_t start = ptx::globaltimer_ns();
+    while (ptx::ld_acquire_s32(counter) != turn) {
+      if (ptx::globaltimer_ns() - start > kTurnTimeoutNs) __trap();
+    }
+  }
+  // Thread 0, after the barrier that follows every thread's dQ additions of step k.
+  __device__ void pass_dq_turn(int k) const {
+    if (p.deterministic && tid == 0) ptx::red_release_add_s32(dq_counter(k), 1);
+  }
+
   // Thread tid < 128's LSE·log2e (tid < 64) or D (64 ≤ tid < 128) of row tid % 64 of step k.
   __device__ float read_row_scalar(int k) const {
     const int64_t row = kb.ws_row(p, k, Traits::kBlockM) + tid % Traits::kBlockM;

@@ -151,8 +151,8 @@ Status run_forward(const Plan& plan, const FwdParams& p) { return plan.get<FwdPl
 // The main kernel (bwd_kernel.cuh) between the sm80 family's preprocess (D, LSE·log2e, the zeroed dQ
 // accumulator) and postprocess (dQ scaled and converted), over their workspace layout planned with
 // this kernel's blocks. It takes padded and varlen batches of f16/bf16 with hdim_qk = hdim_v = 64,
-// 128 or 256, any mask, GQA/MQA; everything else (and long chains on few key blocks, below) is
-// not_supported with the reason, and "auto" runs the sm80 backward.
+// 128 or 256, any mask, soft cap, GQA/MQA, deterministic or not; everything else (and long chains on
+// few key blocks, below) is not_supported with the reason, and "auto" runs the sm80 backward.
 constexpr const char* kBwdWho = "cuda sm90 backward";
 
 using BwdRunFn = Status (*)(const BwdParams&, const sm80::BwdKernelParams&);
@@ -187,7 +187,6 @@ Status check_bwd_features(const BwdParams& p) {
                            std::to_string(p.total_k) + " key rows: TMA's row coordinate is 32-bit (at most " +
                            std::to_string(kMaxPackedRows) + " packed rows)");
   }
-  if (p.deterministic) return bwd_unsupported("deterministic = true runs on the sm80 backward (dQ here is added by atomics)");
   return Status::success();
 }
 
@@ -306,7 +305,7 @@ Status run_backward(const Plan& plan, const BwdParams& p) {
   const BwdPlanDetail d = plan.get<BwdPlanDetail>();
   sm80::BwdKernelParams k = sm80::kernel_params(p, d.head_dim, kBwdBlockM, bwd_block_n(d.head_dim), d.workspace);
   k.dq_row_major = true;
-  k.key_blocks_outer = mask_of(p.options).has_mask();  // bwd_kernel.cuh's grid order
+  k.key_blocks_outer = mask_of(p.options).has_mask() && !p.deterministic;  // bwd_tile.cuh's grid order
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   FLASHATTN_TRY(sm80::launch_bwd_preprocess(k, p.dtype, stream));
   FLASHATTN_TRY(d.run(p, k));

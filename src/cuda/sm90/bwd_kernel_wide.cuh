@@ -68,6 +68,7 @@ struct BwdWideMainloop : BwdLoads<Traits> {
   using Tag = typename Traits::Tag;
   static constexpr ptx::Swizzle kSw = ptx::Swizzle::b128;
   static constexpr int kP = 0, kDS = 1;  // BwdSmem::ds(): the Pᵀ and dSᵀ tiles
+  static constexpr int kHalfChunks = Traits::kHalf / kSwizzleCols;  // a warpgroup's 64-column chunks
   using BwdLoads<Traits>::sm;
   using BwdLoads<Traits>::p;
   using BwdLoads<Traits>::kb;
@@ -80,9 +81,9 @@ struct BwdWideMainloop : BwdLoads<Traits> {
     const uint64_t desc_b = ptx::wgmma_desc_k_major(step_tile + wg * Traits::kQueries * kSwizzleRowBytes, kSw);
 #pragma unroll
     for (int ks = 0; ks < Traits::kD / 16; ++ks) {
-      ptx::wgmma_ss<Traits::kQueries, Tag>(acc, ptx::wgmma_desc_advance(desc_a, k_step_bytes(ks, Traits::kKVChunkBytes)),
-                                           ptx::wgmma_desc_advance(desc_b, k_step_bytes(ks, Traits::kQChunkBytes)),
-                                           ks > 0);
+      const uint64_t a = ptx::wgmma_desc_advance(desc_a, k_step_bytes(ks, Traits::kKVChunkBytes));
+      const uint64_t b = ptx::wgmma_desc_advance(desc_b, k_step_bytes(ks, Traits::kQChunkBytes));
+      ptx::wgmma_ss<Traits::kQueries, Tag>(acc, a, b, ks > 0);
     }
     ptx::wgmma_commit();
   }
@@ -91,8 +92,8 @@ struct BwdWideMainloop : BwdLoads<Traits> {
   // warpgroup's columns] (MN-major B: its two 64-column chunks of the stage).
   __device__ __forceinline__ void issue_key_side(float (&acc)[Traits::kHalf / 2], int tile, uint32_t step_tile) const {
     const uint64_t desc_a = ptx::wgmma_desc_k_major(sm.ds(tile), kSw);
-    const uint64_t desc_b = ptx::wgmma_desc_mn_major(step_tile + wg * (Traits::kHalf / kSwizzleCols) * Traits::kQChunkBytes,
-                                                     kSw, Traits::kQChunkBytes);
+    const uint32_t columns = wg * kHalfChunks * Traits::kQChunkBytes;
+    const uint64_t desc_b = ptx::wgmma_desc_mn_major(step_tile + columns, kSw, Traits::kQChunkBytes);
 #pragma unroll
     for (int kk = 0; kk < Traits::kBlockM / 16; ++kk) {
       ptx::wgmma_ss<Traits::kHalf, Tag, ptx::Major::K, ptx::Major::MN>(
@@ -105,8 +106,8 @@ struct BwdWideMainloop : BwdLoads<Traits> {
   // 64 queries), K's chunks as the MN-major B operand; k over the 64 keys.
   __device__ __forceinline__ void issue_dq(float (&dq)[Traits::kHalf / 2]) const {
     const uint64_t desc_a = ptx::wgmma_desc_mn_major(sm.ds(kDS), kSw, Traits::kDsBytes);
-    const uint64_t desc_b = ptx::wgmma_desc_mn_major(sm.k() + wg * (Traits::kHalf / kSwizzleCols) * Traits::kKVChunkBytes,
-                                                     kSw, Traits::kKVChunkBytes);
+    const uint32_t columns = wg * kHalfChunks * Traits::kKVChunkBytes;
+    const uint64_t desc_b = ptx::wgmma_desc_mn_major(sm.k() + columns, kSw, Traits::kKVChunkBytes);
 #pragma unroll
     for (int kk = 0; kk < Traits::kBlockN / 16; ++kk) {
       ptx::wgmma_ss<Traits::kHalf, Tag, ptx::Major::MN, ptx::Major::MN>(

@@ -1,8 +1,10 @@
 // What the sm90 backward's kernels share (bwd_kernel.cuh: head dims 64 and 128; bwd_kernel_wide.cuh:
 // 256): the shared-memory layout's accessors, the CTA's key block and the steps it walks, the grid
-// order, the elementwise part of a step (P, dS, the soft cap's slope) and the loads of a step. A Traits names the tile: kD, kBlockN (keys per CTA), kBlockM (query
-// rows per step), kThreads, kStages, kChunks (64-column chunks of a row), the byte sizes kKVChunkBytes,
-// kKVBytes, kQChunkBytes, kQBytes, kDsBytes and the offsets kK, kV, kQ, kDO, kDS, kRowScalars.
+// order, the elementwise part of a step (P, dS, the soft cap's slope), the loads of a step and the
+// deterministic mode's dQ turns. A Traits names the tile: kD, kBlockN (keys per CTA), kBlockM (query
+// rows per step), kThreads, kStages, kChunks (64-column chunks of a row), the byte sizes
+// kKVChunkBytes, kKVBytes, kQChunkBytes, kQBytes, kDsBytes and the offsets kK, kV, kQ, kDO, kDS,
+// kRowScalars.
 #pragma once
 
 #include <cuda.h>
@@ -165,7 +167,8 @@ struct BwdScoreTile {
   // products are done (the slope is taken from the tanh P is made of; the scale is applied to dK and
   // dQ at the end, as for plain scores).
   template <int kFloats>
-  __device__ __forceinline__ void softcapped(float (&s)[kFloats], float (&dp)[kFloats], const ScoreTransform& sc) const {
+  __device__ __forceinline__ void softcapped(float (&s)[kFloats], float (&dp)[kFloats],
+                                             const ScoreTransform& sc) const {
 #pragma unroll
     for (int j = 0; j < kFloats / 4; ++j) {
       const float2 l = pair(lse, j), d = pair(dsum, j);
@@ -218,7 +221,9 @@ struct BwdLoads {
   // a whole chain of steps takes milliseconds) traps, an error instead of a hang.
   static constexpr uint64_t kTurnTimeoutNs = uint64_t{20} * 1000 * 1000 * 1000;
 
-  __device__ int32_t* dq_counter(int k) const { return p.counters + kb.ws_row(p, k, Traits::kBlockM) / Traits::kBlockM; }
+  __device__ int32_t* dq_counter(int k) const {
+    return p.counters + kb.ws_row(p, k, Traits::kBlockM) / Traits::kBlockM;
+  }
 
   // Thread 0: until the key blocks before this one have added into step k's query tile (the barrier
   // after it holds the others).

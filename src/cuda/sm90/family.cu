@@ -165,7 +165,9 @@ struct BwdInstance {
 };
 
 #define FLASHATTN_SM90_BWD_INSTANCE(D)                                                                             \
-  BwdInstance{D, {&bwd_run<ptx::F16, D>, &bwd_run<ptx::BF16, D>}, {&bwd_device_check<ptx::F16, D>, &bwd_device_check<ptx::BF16, D>}},
+  BwdInstance{D,                                                                                                   \
+              {&bwd_run<ptx::F16, D>, &bwd_run<ptx::BF16, D>},                                                     \
+              {&bwd_device_check<ptx::F16, D>, &bwd_device_check<ptx::BF16, D>}},
 constexpr BwdInstance kNoBwdInstance{0, {nullptr, nullptr}, {nullptr, nullptr}};
 const BwdInstance kBwdInstances[] = {kNoBwdInstance, FLASHATTN_SM90_BWD_HEADDIMS(FLASHATTN_SM90_BWD_INSTANCE)};
 #undef FLASHATTN_SM90_BWD_INSTANCE
@@ -266,7 +268,8 @@ struct BwdPlanDetail {
 
 Status plan_backward(const BwdParams& p, Plan* plan) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
-    return bwd_unsupported(std::string("dtype ") + to_string(p.dtype) + " is not supported: the tensor-core kernels take f16 or bf16");
+    return bwd_unsupported(std::string("dtype ") + to_string(p.dtype) +
+                           " is not supported: the tensor-core kernels take f16 or bf16");
   }
   const BwdInstance* inst = find_bwd_instance(p.hdim_qk, p.hdim_v);
   if (inst == nullptr) {

@@ -3,6 +3,8 @@
 // alone). family.cu plans the call and runs the sm80 family's preprocess and postprocess around it.
 #pragma once
 
+#include <cstdint>
+
 #include "backend/params.hpp"
 #include "cuda/sm80/bwd_params.cuh"
 
@@ -16,6 +18,23 @@ constexpr int bwd_block_n(int head_dim) { return head_dim > 128 ? 64 : 128; }
 
 // Whether the backward has a kernel of head dim D (hdim_qk = hdim_v = D).
 constexpr bool has_sm90_bwd(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
+
+// The chains of a call's key blocks (steps: query blocks × the group's query heads): where the
+// longest walks well over an SM's share of all the steps (few kv heads and sequences: MQA/GQA at
+// batch 1, a causal mask's first key blocks), the GPU idles behind the longest CTAs; the sm80
+// backward splits such key blocks into parts (sm80/bwd_plan.cu), this kernel does not, so the plan
+// leaves those calls to it (chain_bound). Up to kBwdChainMargin times the share they run here all
+// the same: the grid starts the longest blocks first (bwd_tile.cuh's bwd_key_block), and the steps
+// are expected to be faster than sm80's by more than that (to be measured:
+// docs/kernels-sm90-backward.md). Short chains (at most kBwdShortChain steps: small problems, where a
+// split gains little) run here too. Varlen calls are counted at their longest lengths.
+inline constexpr int64_t kBwdShortChain = 64;
+inline constexpr double kBwdChainMargin = 1.25;
+struct BwdChains {
+  int64_t ctas = 0, longest = 0, steps = 0;
+  bool chain_bound = false;
+};
+BwdChains bwd_chains(const BwdParams& p, int block_n, int num_sms);
 
 // Builds the tensor maps of Q, K, V and dO and launches the main kernel on params.stream (never
 // synchronizes). `k` holds the workspace the preprocess has filled.

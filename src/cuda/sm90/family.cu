@@ -192,38 +192,13 @@ Status check_bwd_features(const BwdParams& p) {
   return Status::success();
 }
 
-// Where the longest CTA walks well over an SM's share of all the steps (few kv heads and sequences:
-// MQA/GQA at batch 1, a causal mask's first key blocks), the GPU idles behind the longest CTAs; the
-// sm80 backward splits such key blocks into parts (sm80/bwd_plan.cu), this kernel does not. Up to
-// kChainMargin times the share it runs here all the same: its grid starts the longest blocks first
-// (bwd_key_block), and its steps are expected to be faster than sm80's by more than that (to be
-// measured: docs/kernels-sm90-backward.md). Calls whose chains are short (at most kShortChain steps:
-// small problems, where a split gains little) run here too.
-constexpr int64_t kShortChain = 64;
-constexpr double kChainMargin = 1.25;
-
 Status check_bwd_grid(const BwdParams& p, int block_n, int num_sms, int64_t* ctas) {
-  const int64_t num_n = (p.seqlen_k + block_n - 1) / block_n;
-  *ctas = num_n * p.heads_kv * p.batch;
-  if (*ctas > INT_MAX) return bwd_unsupported("the problem needs more than 2^31 - 1 thread blocks");
-  const Mask mask{static_cast<int>(p.seqlen_q), static_cast<int>(p.seqlen_k), clamp_window(p.options.window_left),
-                  clamp_window(p.options.window_right)};
-  int64_t steps = 0, longest = 0;
-  if (!mask_of(p.options).has_mask()) {
-    longest = (p.seqlen_q + kBwdBlockM - 1) / kBwdBlockM * p.group_size();
-    steps = longest * num_n;
-  } else {
-    for (int64_t n = 0; n < num_n; ++n) {
-      const int64_t chain =
-          int64_t{mask.m_block_count(static_cast<int>(n) * block_n, block_n, kBwdBlockM)} * p.group_size();
-      steps += chain;
-      longest = std::max(longest, chain);
-    }
-  }
-  steps *= p.heads_kv * p.batch;
-  if (longest > kShortChain && static_cast<double>(longest) * num_sms > kChainMargin * static_cast<double>(steps)) {
-    return bwd_unsupported("the longest key block walks " + std::to_string(longest) + " of " + std::to_string(steps) +
-                           " steps, well over one of the " + std::to_string(num_sms) +
+  const BwdChains c = bwd_chains(p, block_n, num_sms);
+  *ctas = c.ctas;
+  if (c.ctas > INT_MAX) return bwd_unsupported("the problem needs more than 2^31 - 1 thread blocks");
+  if (c.chain_bound) {
+    return bwd_unsupported("the longest key block walks " + std::to_string(c.longest) + " of " +
+                           std::to_string(c.steps) + " steps, well over one of the " + std::to_string(num_sms) +
                            " SMs' share; the sm80 backward splits such blocks");
   }
   return Status::success();
@@ -316,6 +291,30 @@ Status run_backward(const Plan& plan, const BwdParams& p) {
 }
 
 }  // namespace
+
+BwdChains bwd_chains(const BwdParams& p, int block_n, int num_sms) {
+  BwdChains c;
+  const int64_t num_n = (p.seqlen_k + block_n - 1) / block_n;
+  c.ctas = num_n * p.heads_kv * p.batch;
+  const Mask mask{static_cast<int>(p.seqlen_q), static_cast<int>(p.seqlen_k), clamp_window(p.options.window_left),
+                  clamp_window(p.options.window_right)};
+  if (!mask_of(p.options).has_mask()) {
+    c.longest = (p.seqlen_q + kBwdBlockM - 1) / kBwdBlockM * p.group_size();
+    c.steps = c.longest * num_n;
+  } else {
+    for (int64_t n = 0; n < num_n; ++n) {
+      const int64_t chain =
+          int64_t{mask.m_block_count(static_cast<int>(n) * block_n, block_n, kBwdBlockM)} * p.group_size();
+      c.steps += chain;
+      c.longest = std::max(c.longest, chain);
+    }
+  }
+  c.steps *= p.heads_kv * p.batch;
+  c.chain_bound = c.longest > kBwdShortChain &&
+                  static_cast<double>(c.longest) * num_sms > kBwdChainMargin * static_cast<double>(c.steps);
+  return c;
+}
+
 }  // namespace sm90
 
 // The backward runs only when a call names the family (path = "sm90") until its kernels have passed

@@ -116,7 +116,10 @@ bool key_blocks_outer(const BwdParams& p, const BwdTile& tile) {
 // Whether the device takes the big-shared-memory tile (bwd_tile(.., true)).
 bool use_big_tile(const DeviceInfo& dev, int head_dim) { return dev.smem_optin >= bwd_tile(head_dim, true).smem_bytes(); }
 
-Status check_all_aligned(const BwdParams& p) {
+
+}  // namespace
+
+Status check_all_aligned(const BwdParams& p, const char* who) {
   const bool vl = p.is_varlen();
   const int64_t nb = vl ? 1 : p.batch;
   struct View {
@@ -136,13 +139,11 @@ Status check_all_aligned(const BwdParams& p) {
   };
   for (const View& v : views) {
     // varlen: the rows dimension is the packed one (always > 1 unless tiny); check it regardless.
-    FLASHATTN_TRY(check_16byte_layout("cuda sm80 backward", v.name, v.ptr,
+    FLASHATTN_TRY(check_16byte_layout(who, v.name, v.ptr,
                                       {{"batch", nb, v.bs}, {"row", vl ? 2 : v.rows, v.rs}, {"head", v.heads, v.hs}}));
   }
   return Status::success();
 }
-
-}  // namespace
 
 WorkspaceLayout workspace_layout(const BwdParams& p, int head_dim, int block_m, int block_n, const BwdSplit& split) {
   constexpr std::size_t kAlign = 256;
@@ -264,7 +265,7 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
   if (n_blocks > INT_MAX || m_blocks > INT_MAX) {
     return Status::unsupported("cuda sm80 backward: the problem needs more than 2^31 - 1 thread blocks");
   }
-  FLASHATTN_TRY(check_all_aligned(p));
+  FLASHATTN_TRY(check_all_aligned(p, "cuda sm80 backward"));
   DeviceInfo dev;
   FLASHATTN_TRY(device_info(&dev));
   if (dev.cc_major < 8) {

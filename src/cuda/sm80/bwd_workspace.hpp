@@ -23,6 +23,10 @@ struct WorkspaceLayout {
 // For query tiles of block_m rows, key blocks of block_n and the head dim of the instance.
 WorkspaceLayout workspace_layout(const BwdParams& p, int head_dim, int block_m, int block_n, const BwdSplit& split);
 
+// Every tensor of the call 16-byte aligned with strides of whole 16 bytes (the pre/postprocess's and
+// the kernels' vector accesses); not_supported naming `who` and the tensor otherwise.
+Status check_all_aligned(const BwdParams& p, const char* who);
+
 // Everything but the grid order (key_blocks_outer, the sm80 tile's choice), over p.workspace.
 BwdKernelParams kernel_params(const BwdParams& p, int head_dim, int block_m, int block_n, const WorkspaceLayout& w);
 

@@ -171,30 +171,6 @@ struct BwdMainloop : BwdLoads<Traits> {
   }
 };
 
-// dK·scale and dV of this warp's rows, converted and stored (rows past seqlen_k are not written).
-template <class Traits>
-__device__ __forceinline__ void store_key_side(const BwdKernelParams& p, const BwdKeyBlock& kb, int row0, int g,
-                                               int t, const float (&dk)[Traits::kD / 2],
-                                               const float (&dv)[Traits::kD / 2]) {
-  using Tag = typename Traits::Tag;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int key = kb.n0 + row0 + g + 8 * half;
-    if (key >= kb.seq.seqlen_k) continue;
-    const int64_t row = kb.seq.k_offset + key;  // varlen: the packed row (batch strides are 0)
-    uint16_t* dk_row = static_cast<uint16_t*>(p.dk) +
-                       gmem_offset(kb.batch, row, kb.head_kv, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
-    uint16_t* dv_row = static_cast<uint16_t*>(p.dv) +
-                       gmem_offset(kb.batch, row, kb.head_kv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
-#pragma unroll
-    for (int j = 0; j < Traits::kD / 8; ++j) {
-      const int e = 4 * j + 2 * half;
-      *reinterpret_cast<uint32_t*>(dk_row + 8 * j + 2 * t) = ptx::pack2<Tag>(dk[e] * p.scale, dk[e + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(dv_row + 8 * j + 2 * t) = ptx::pack2<Tag>(dv[e], dv[e + 1]);
-    }
-  }
-}
-
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
@@ -203,11 +179,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
 #if FLASHATTN_PTX_SM90A
   extern __shared__ unsigned char smem_raw[];
   __shared__ uint64_t bars[1 + Traits::kStages];
-  const uint32_t raw = ptx::smem_addr(smem_raw);
-  const uint32_t base = (raw + kSwizzleAtomBytes - 1) / kSwizzleAtomBytes * kSwizzleAtomBytes;
-  unsigned char* generic = smem_raw + (base - raw);
-  const BwdSmem<Traits> sm{base, generic, reinterpret_cast<float*>(generic + Traits::kRowScalars),
-                           ptx::smem_addr(&bars[0])};
+  const BwdSmem<Traits> sm = BwdSmem<Traits>::over(smem_raw, bars);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32;
   const BwdKeyBlock kb = bwd_key_block<Traits>(p);
   if (!kb.has_keys()) return;  // varlen: past this sequence's keys (the grid covers the longest)
@@ -215,60 +187,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int row0 = wg * kWarpgroupRows + (tid % kWarpgroupThreads / 32) * 16;
   const BwdMainloop<Traits> ml{{sm, p, &tm_q, &tm_do, kb, tid}, wg, row0, lane / 4, lane % 4};
 
-  if (tid == 0) {
-    ptx::mbarrier_init(sm.kv_full(), 1);
-#pragma unroll
-    for (int s = 0; s < Traits::kStages; ++s) ptx::mbarrier_init(sm.q_full(s), 1);
-    ptx::fence_mbarrier_init();
-  }
-  __syncthreads();
-  if (tid == 0 && kb.steps > 0) {
-    ptx::mbarrier_arrive_expect_tx(sm.kv_full(), 2 * Traits::kKVBytes);
-#pragma unroll
-    for (int c = 0; c < Traits::kChunks; ++c) {
-      ptx::tma_load(sm.k() + c * Traits::kKVChunkBytes, &tm_k, sm.kv_full(), c * kSwizzleCols, kb.k_row0 + kb.n0,
-                    kb.head_kv, kb.tma_batch);
-      ptx::tma_load(sm.v() + c * Traits::kKVChunkBytes, &tm_v, sm.kv_full(), c * kSwizzleCols, kb.k_row0 + kb.n0,
-                    kb.head_kv, kb.tma_batch);
-    }
-    for (int k = 0; k < 2 && k < kb.steps; ++k) ml.load_step(k);
-  }
-  if (tid < 2 * Traits::kBlockM) {
-    for (int k = 0; k < 2 && k < kb.steps; ++k) ml.store_row_scalar(k, ml.read_row_scalar(k));
-  }
-  __syncthreads();
+  ml.start(&tm_k, &tm_v);
+  constexpr int kAhead = BwdLoads<Traits>::kAhead;
 
   float dk[Traits::kD / 2], dv[Traits::kD / 2];
 #pragma unroll
   for (int i = 0; i < Traits::kD / 2; ++i) dk[i] = dv[i] = 0.f;
   const float mult = p.scale * kLog2e;  // S → log2-domain logits (plain or prescaled: P's formula is the same)
-  if (kb.steps > 0) {
-    ptx::mbarrier_wait(sm.kv_full(), 0);
-    ml.zero_key_tail();
-  }
 
   for (int k = 0; k < kb.steps; ++k) {
     const int s = k % Traits::kStages, buf = k & 1;
-    ptx::mbarrier_wait(sm.q_full(s), (k / Traits::kStages) & 1);
-    ml.zero_query_tail(k);
+    ml.wait_step(k);
     float st[BwdMainloop<Traits>::kN / 2], dpt[BwdMainloop<Traits>::kN / 2];
     ptx::wgmma_fence();
     ml.issue_transposed_scores(st, sm.k(), sm.q(s));
     ml.issue_transposed_scores(dpt, sm.v(), sm.dout(s));
-    const BwdScoreTile tile = ml.score_tile(k);
-    if (p.scores.mode == ScoreMode::softcap) {  // P and dS in one pass, once both products are done
-      ptx::wgmma_wait<0>();
-      ptx::wgmma_fence_operand(st);
-      ptx::wgmma_fence_operand(dpt);
-      tile.softcapped(st, dpt, p.scores);
-    } else {  // P while dPᵀ's product still runs
-      ptx::wgmma_wait<1>();
-      ptx::wgmma_fence_operand(st);
-      tile.probabilities(st, mult);
-      ptx::wgmma_wait<0>();
-      ptx::wgmma_fence_operand(dpt);
-      tile.score_gradients(dpt, st);
-    }
+    ml.score_tile(k).gradients_of_scores(st, dpt, p.scores, mult);
 
     uint32_t pa[BwdMainloop<Traits>::kN / 16][4], da[BwdMainloop<Traits>::kN / 16][4];
     BwdMainloop<Traits>::pack(pa, st);
@@ -284,9 +218,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::fence_proxy_async_shared_cta();  // dSᵀ's generic stores, before wgmma reads them
     ptx::named_barrier_sync(kDsBarrier, Traits::kThreads);
     // Every thread is past step k − 1's last wait: stage (k + 2) % 3 is free.
-    if (tid == 0 && k + 2 < kb.steps) ml.load_step(k + 2);
+    if (tid == 0 && k + kAhead < kb.steps) ml.load_step(k + kAhead);
     float next_scalar = 0.f;
-    if (tid < 2 * Traits::kBlockM && k + 2 < kb.steps) next_scalar = ml.read_row_scalar(k + 2);
+    if (tid < 2 * Traits::kBlockM && k + kAhead < kb.steps) next_scalar = ml.read_row_scalar(k + kAhead);
 
     float dq[Traits::kDqCols / 2];
     ptx::wgmma_fence();
@@ -308,9 +242,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       __syncthreads();  // every thread's additions before the release
       ml.pass_dq_turn(k);
     }
-    if (tid < 2 * Traits::kBlockM && k + 2 < kb.steps) ml.store_row_scalar(k + 2, next_scalar);
+    if (tid < 2 * Traits::kBlockM && k + kAhead < kb.steps) ml.store_row_scalar(k + kAhead, next_scalar);
   }
-  store_key_side<Traits>(p, kb, row0, lane / 4, lane % 4, dk, dv);
+  store_key_side<typename Traits::Tag, Traits::kD>(p, kb, row0, 0, lane / 4, lane % 4, dk, dv);
 #else
   FLASHATTN_PTX_UNSUPPORTED("the sm90 backward kernel needs sm_90a");
 #endif

@@ -16,12 +16,14 @@
 #include "cuda/common/seqlen.cuh"
 #include "cuda/ptx/barrier.cuh"
 #include "cuda/ptx/fence.cuh"
+#include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/ptx/globaltimer.cuh"
 #include "cuda/ptx/ld_acquire.cuh"
 #include "cuda/ptx/math.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/red.cuh"
 #include "cuda/ptx/tma.cuh"
+#include "cuda/ptx/wgmma.cuh"
 #include "cuda/sm80/bwd_params.cuh"
 #include "cuda/sm90/fwd_shape.hpp"
 
@@ -50,6 +52,15 @@ struct BwdSmem {
   __device__ float* dsum(int s) const { return lse(s) + Traits::kBlockM; }
   __device__ uint32_t kv_full() const { return bars; }
   __device__ uint32_t q_full(int s) const { return bars + 8 * (1 + s); }
+
+  // The layout over the kernel's dynamic shared memory (its start rounded up to a swizzle atom: the
+  // traits' kSmemBytes hold that slack) and its barrier array (1 + kStages mbarriers).
+  __device__ static BwdSmem over(unsigned char* smem_raw, uint64_t* barriers) {
+    const uint32_t raw = ptx::smem_addr(smem_raw);
+    const uint32_t base = (raw + kSwizzleAtomBytes - 1) / kSwizzleAtomBytes * kSwizzleAtomBytes;
+    unsigned char* generic = smem_raw + (base - raw);
+    return {base, generic, reinterpret_cast<float*>(generic + Traits::kRowScalars), ptx::smem_addr(barriers)};
+  }
 };
 
 // The CTA's key block and the steps it walks: query blocks [m_begin, m_begin + m_count) of each of
@@ -162,6 +173,26 @@ struct BwdScoreTile {
     }
   }
 
+  // Sᵀ and dPᵀ issued (two wgmma groups, Sᵀ first) → Pᵀ in place of Sᵀ and dSᵀ in place of dPᵀ: P
+  // while dPᵀ's product still runs; with a soft cap both in one pass once both are done.
+  template <int kFloats>
+  __device__ __forceinline__ void gradients_of_scores(float (&s)[kFloats], float (&dp)[kFloats],
+                                                      const ScoreTransform& sc, float mult) const {
+    if (sc.mode == ScoreMode::softcap) {
+      ptx::wgmma_wait<0>();
+      ptx::wgmma_fence_operand(s);
+      ptx::wgmma_fence_operand(dp);
+      softcapped(s, dp, sc);
+    } else {
+      ptx::wgmma_wait<1>();
+      ptx::wgmma_fence_operand(s);
+      probabilities(s, mult);
+      ptx::wgmma_wait<0>();
+      ptx::wgmma_fence_operand(dp);
+      score_gradients(dp, s);
+    }
+  }
+
   // The soft cap (common/scores.cuh): x = cap·log2e·tanh(S·scale / cap), Pᵀ = exp2(x − LSE·log2e)
   // in place of Sᵀ and dSᵀ = Pᵀ∘(dPᵀ − D)·(1 − tanh²) in place of dPᵀ, in one pass once both
   // products are done (the slope is taken from the tanh P is made of; the scale is applied to dK and
@@ -206,6 +237,48 @@ struct BwdLoads {
                     head, kb.tma_batch);
     }
   }
+  // ---- the CTA's start and each step's ---------------------------------------------------------
+  // Loads issued this many steps ahead (each kernel's ring has at least as many stages).
+  static constexpr int kAhead = 2;
+  static_assert(Traits::kStages >= kAhead);
+
+  // The barriers initialized; K and V loaded (thread 0) and the first kAhead steps' Q, dO, LSE·log2e
+  // and D; returns once K and V are in (with a varlen tail zeroed). Every thread calls it.
+  __device__ void start(const CUtensorMap* tm_k, const CUtensorMap* tm_v) const {
+    if (tid == 0) {
+      ptx::mbarrier_init(sm.kv_full(), 1);
+#pragma unroll
+      for (int s = 0; s < Traits::kStages; ++s) ptx::mbarrier_init(sm.q_full(s), 1);
+      ptx::fence_mbarrier_init();
+    }
+    __syncthreads();
+    if (tid == 0 && kb.steps > 0) {
+      ptx::mbarrier_arrive_expect_tx(sm.kv_full(), 2 * Traits::kKVBytes);
+#pragma unroll
+      for (int c = 0; c < Traits::kChunks; ++c) {
+        ptx::tma_load(sm.k() + c * Traits::kKVChunkBytes, tm_k, sm.kv_full(), c * kSwizzleCols, kb.k_row0 + kb.n0,
+                      kb.head_kv, kb.tma_batch);
+        ptx::tma_load(sm.v() + c * Traits::kKVChunkBytes, tm_v, sm.kv_full(), c * kSwizzleCols, kb.k_row0 + kb.n0,
+                      kb.head_kv, kb.tma_batch);
+      }
+      for (int k = 0; k < kAhead && k < kb.steps; ++k) load_step(k);
+    }
+    if (tid < 2 * Traits::kBlockM) {
+      for (int k = 0; k < kAhead && k < kb.steps; ++k) store_row_scalar(k, read_row_scalar(k));
+    }
+    __syncthreads();
+    if (kb.steps > 0) {
+      ptx::mbarrier_wait(sm.kv_full(), 0);
+      zero_key_tail();
+    }
+  }
+
+  // Step k's Q and dO are in shared memory (with a varlen tail zeroed).
+  __device__ void wait_step(int k) const {
+    ptx::mbarrier_wait(sm.q_full(k % Traits::kStages), (k / Traits::kStages) & 1);
+    zero_query_tail(k);
+  }
+
   // The step's elementwise view for a warp whose fragment starts at key key0, query query0.
   __device__ BwdScoreTile score_tile(int k, int key0, int query0, int g, int t) const {
     const int s = k % Traits::kStages, m0 = kb.m0(k, Traits::kBlockM);
@@ -285,5 +358,29 @@ struct BwdLoads {
   }
 
 };
+
+// The key side's end: dK·scale and dV of this warp's rows (keys key0 + g, + 8 of the block) in the
+// kCols columns from col0, converted and stored; keys past seqlen_k are not written.
+template <class Tag, int kCols>
+__device__ __forceinline__ void store_key_side(const BwdKernelParams& p, const BwdKeyBlock& kb, int key0, int col0,
+                                               int g, int t, const float (&dk)[kCols / 2],
+                                               const float (&dv)[kCols / 2]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int key = kb.n0 + key0 + g + 8 * half;
+    if (key >= kb.seq.seqlen_k) continue;
+    const int64_t row = kb.seq.k_offset + key;  // varlen: the packed row (batch strides are 0)
+    uint16_t* dk_row = static_cast<uint16_t*>(p.dk) + col0 +
+                       gmem_offset(kb.batch, row, kb.head_kv, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
+    uint16_t* dv_row = static_cast<uint16_t*>(p.dv) + col0 +
+                       gmem_offset(kb.batch, row, kb.head_kv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+      const int e = 4 * j + 2 * half;
+      *reinterpret_cast<uint32_t*>(dk_row + 8 * j + 2 * t) = ptx::pack2<Tag>(dk[e] * p.scale, dk[e + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv_row + 8 * j + 2 * t) = ptx::pack2<Tag>(dv[e], dv[e + 1]);
+    }
+  }
+}
 
 }  // namespace flashattn::cuda::sm90

@@ -212,27 +212,8 @@ Status check_bwd_layout(const BwdParams& p, int block_n) {
     FLASHATTN_TRY(check_tile_map(p.dtype, specs.v, "cuda sm90 backward: v"));
     FLASHATTN_TRY(check_tile_map(p.dtype, specs.dout, "cuda sm90 backward: dout"));
   }
-  // The pre/postprocess's and the epilogue's vector accesses.
-  struct View {
-    const char* name;
-    const void* ptr;
-    int64_t bs, rs, hs, rows, heads;
-  };
-  const View views[] = {
-      {"out", p.out, p.o_batch_stride, p.o_row_stride, p.o_head_stride, p.seqlen_q, p.heads_q},
-      {"dout", p.dout, p.do_batch_stride, p.do_row_stride, p.do_head_stride, p.seqlen_q, p.heads_q},
-      {"dq", p.dq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, p.seqlen_q, p.heads_q},
-      {"dk", p.dk, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, p.seqlen_k, p.heads_kv},
-      {"dv", p.dv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, p.seqlen_k, p.heads_kv},
-  };
-  const bool varlen = p.is_varlen();
-  for (const View& v : views) {
-    // varlen: one "batch" of packed rows (checked as two rows, whatever their count, as sm80's plan)
-    FLASHATTN_TRY(check_16byte_layout(kBwdWho, v.name, v.ptr, {{"batch", varlen ? 1 : p.batch, v.bs},
-                                                                {"row", varlen ? 2 : v.rows, v.rs},
-                                                                {"head", v.heads, v.hs}}));
-  }
-  return Status::success();
+  // The pre/postprocess's and the epilogue's vector accesses (sm80's rule: they are its kernels).
+  return sm80::check_all_aligned(p, kBwdWho);
 }
 
 struct BwdPlanDetail {

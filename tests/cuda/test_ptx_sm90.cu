@@ -346,6 +346,25 @@ TEST(CudaPtxSm90, WgmmaSsMnMajorAStoredBf16N64) {
 TEST(CudaPtxSm90, WgmmaSsKMajorAStoredBf16N64) {
   check_wgmma<64, BF16, AFrom::smem, Major::K, Major::K>(Swizzle::b128, true);
 }
+// The head-dim-256 backward's shapes (bwd_kernel_wide.cuh): Sᵀ and dPᵀ at N = 32 (a warpgroup's 32
+// queries); dQ = dS·K with both operands MN-major and N = 128, so B spans two chunks (LBO used along
+// with the transposed A); dV += Pᵀ·dO and dK += dSᵀ·Q from the thread-stored K-major tiles with an
+// MN-major B of two chunks.
+TEST(CudaPtxSm90, WgmmaSsBf16N32) { check_wgmma<32, BF16, AFrom::smem, Major::K>(); }
+TEST(CudaPtxSm90, WgmmaSsF16N32) { check_wgmma<32, F16, AFrom::smem, Major::K>(); }
+TEST(CudaPtxSm90, WgmmaSsMnMajorABf16N128) { check_wgmma<128, BF16, AFrom::smem, Major::MN, Major::MN>(); }
+TEST(CudaPtxSm90, WgmmaSsMnMajorAStoredBf16N128) {
+  check_wgmma<128, BF16, AFrom::smem, Major::MN, Major::MN>(Swizzle::b128, true);
+}
+TEST(CudaPtxSm90, WgmmaSsMnMajorAStoredF16N128) {
+  check_wgmma<128, F16, AFrom::smem, Major::MN, Major::MN>(Swizzle::b128, true);
+}
+TEST(CudaPtxSm90, WgmmaSsKMajorAStoredMnMajorBBf16N128) {
+  check_wgmma<128, BF16, AFrom::smem, Major::MN, Major::K>(Swizzle::b128, true);
+}
+TEST(CudaPtxSm90, WgmmaSsKMajorAStoredMnMajorBF16N128) {
+  check_wgmma<128, F16, AFrom::smem, Major::MN, Major::K>(Swizzle::b128, true);
+}
 
 // The comparison can fail: the right result does not match the product with B transposed (B's
 // storage read the other way), and B read through a descriptor without the swizzle does not match

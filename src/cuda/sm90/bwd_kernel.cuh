@@ -89,6 +89,9 @@ struct BwdMainloop : BwdLoads<Traits> {
   using BwdLoads<Traits>::kb;
   using BwdLoads<Traits>::tid;
   int wg, row0, g, t;  // row0: this warp's first key row within the CTA's block
+  // The loads of step k + kAhead are issued before step k's dV/dK products are waited for, so the
+  // ring holds one stage more than that distance (the wide kernel loads after its step-end barrier).
+  static_assert(Traits::kStages >= BwdLoads<Traits>::kAhead + 1);
 
   // ---- the products -----------------------------------------------------------------------------
   // acc = (this warpgroup's 64 rows of `rows_tile`)·(stage tile)ᵀ: Sᵀ (K, Q) or dPᵀ (V, dO).

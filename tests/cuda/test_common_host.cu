@@ -24,6 +24,7 @@
 #include "cuda/sm80/scheduler.cuh"
 #include "cuda/sm80/smem_tile.cuh"
 #include "cuda/sm90/bwd_launch.hpp"
+#include "cuda/sm90/bwd_maps.hpp"
 
 namespace {
 
@@ -487,6 +488,39 @@ TEST(CudaSm90BackwardPlan, ChainBoundCallsGoToTheSplit) {
   // Short chains run here whatever the grid (a small problem), and a 1-SM plan (the tests') takes all.
   EXPECT_FALSE(bwd_chains(bwd_shape(1, 4096, 1, 1, false), bn, 132).chain_bound);  // 64 steps
   EXPECT_FALSE(bwd_chains(bwd_shape(1, 8192, 32, 1, true), bn, 1).chain_bound);
+  // Empty problems walk nothing: run here (dK = dV = 0), not refused as chain-bound.
+  for (auto p : {bwd_shape(0, 8192, 1, 1, false), bwd_shape(1, 8192, 1, 1, false)}) {
+    if (p.batch == 1) p.seqlen_k = 0;
+    const auto e = bwd_chains(p, bn, 132);
+    EXPECT_FALSE(e.chain_bound) << "longest " << e.longest << " of " << e.steps;
+    EXPECT_EQ(e.longest, 0);
+  }
+}
+
+// The maps the sm90 backward encodes: none over an empty tensor (TMA takes no zero-sized dimension
+// and an empty tensor may have no data pointer); the kernel never loads through the others.
+TEST(CudaSm90BackwardPlan, EmptyTensorsGetNoMap) {
+  using flashattn::cuda::sm90::bwd_loads_keys;
+  using flashattn::cuda::sm90::bwd_loads_queries;
+  auto p = bwd_shape(2, 128, 4, 2, false);
+  EXPECT_TRUE(bwd_loads_queries(p));
+  EXPECT_TRUE(bwd_loads_keys(p));
+  p.seqlen_q = 0;  // no queries: dK = dV = 0 from every CTA, K and V still mapped
+  EXPECT_FALSE(bwd_loads_queries(p));
+  EXPECT_TRUE(bwd_loads_keys(p));
+  auto v = bwd_shape(2, 128, 4, 2, false);  // varlen, no packed key rows but a nonzero longest length
+  const int32_t cu_q[] = {0, 5, 9}, cu_k[] = {0, 0, 0};
+  v.cu_seqlens_q = cu_q;
+  v.cu_seqlens_k = cu_k;
+  v.total_q = 9;
+  v.total_k = 0;
+  EXPECT_TRUE(bwd_loads_queries(v));
+  EXPECT_FALSE(bwd_loads_keys(v));
+  v.total_q = 0;
+  EXPECT_FALSE(bwd_loads_queries(v));
+  auto b = bwd_shape(0, 128, 4, 2, false);
+  EXPECT_FALSE(bwd_loads_queries(b));
+  EXPECT_FALSE(bwd_loads_keys(b));
 }
 
 TEST(CudaBackwardSplit, CoversTheGrid) {

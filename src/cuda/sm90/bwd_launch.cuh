@@ -44,10 +44,14 @@ Status bwd_run(const BwdParams& p, const sm80::BwdKernelParams& k) {
   if (ctas == 0) return Status::success();
   const BwdMapSpecs specs = bwd_map_specs(p, Traits::kBlockN);
   CUtensorMap tm_q{}, tm_k{}, tm_v{}, tm_do{};
-  FLASHATTN_TRY(make_tile_map(&tm_q, p.dtype, specs.q, kBwdWho));
-  FLASHATTN_TRY(make_tile_map(&tm_k, p.dtype, specs.k, kBwdWho));
-  FLASHATTN_TRY(make_tile_map(&tm_v, p.dtype, specs.v, kBwdWho));
-  FLASHATTN_TRY(make_tile_map(&tm_do, p.dtype, specs.dout, kBwdWho));
+  if (bwd_loads_queries(p)) {
+    FLASHATTN_TRY(make_tile_map(&tm_q, p.dtype, specs.q, kBwdWho));
+    FLASHATTN_TRY(make_tile_map(&tm_do, p.dtype, specs.dout, kBwdWho));
+  }
+  if (bwd_loads_keys(p)) {
+    FLASHATTN_TRY(make_tile_map(&tm_k, p.dtype, specs.k, kBwdWho));
+    FLASHATTN_TRY(make_tile_map(&tm_v, p.dtype, specs.v, kBwdWho));
+  }
   auto* kernel = Of::kernel();
   static DeviceFlags opted_in;
   FLASHATTN_TRY(opt_in_dynamic_smem(kBwdWho, kernel, Traits::kSmemBytes, opted_in));

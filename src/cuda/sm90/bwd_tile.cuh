@@ -104,8 +104,10 @@ __device__ __forceinline__ BwdKeyBlock bwd_key_block(const BwdKernelParams& p) {
     pair = bid / p.num_n_blocks;
   }
   // Deterministic mode under a right-bounded mask: the key blocks add into a query tile's dQ from
-  // the last to the first, so the grid runs them in that order (BwdLoads::wait_dq_turn).
-  if (p.deterministic && p.window_right >= 0) n_block = p.num_n_blocks - 1 - n_block;
+  // the last to the first, so the grid runs them in that order (BwdLoads::wait_dq_turn). A mask with
+  // only a left edge: the last key blocks are seen by the most query rows, so they start first.
+  const bool right_bounded = p.window_right >= 0;
+  if (p.deterministic ? right_bounded : p.key_blocks_outer && !right_bounded) n_block = p.num_n_blocks - 1 - n_block;
   b.head_kv = pair % p.heads_kv;
   b.batch = pair / p.heads_kv;
   b.n0 = n_block * Traits::kBlockN;

@@ -206,11 +206,13 @@ Status check_bwd_grid(const BwdParams& p, int block_n, int num_sms, int64_t* cta
 
 Status check_bwd_layout(const BwdParams& p, int block_n) {
   const BwdMapSpecs specs = bwd_map_specs(p, block_n);
-  if (p.seqlen_k > 0 && p.heads_kv > 0 && p.batch > 0 && fwd_map_rows_k(p) > 0) {  // the launch encodes the maps
+  if (bwd_loads_queries(p)) {  // the maps the launch encodes (bwd_maps.hpp)
     FLASHATTN_TRY(check_tile_map(p.dtype, specs.q, "cuda sm90 backward: q"));
+    FLASHATTN_TRY(check_tile_map(p.dtype, specs.dout, "cuda sm90 backward: dout"));
+  }
+  if (bwd_loads_keys(p)) {
     FLASHATTN_TRY(check_tile_map(p.dtype, specs.k, "cuda sm90 backward: k"));
     FLASHATTN_TRY(check_tile_map(p.dtype, specs.v, "cuda sm90 backward: v"));
-    FLASHATTN_TRY(check_tile_map(p.dtype, specs.dout, "cuda sm90 backward: dout"));
   }
   // The pre/postprocess's and the epilogue's vector accesses (sm80's rule: they are its kernels).
   return sm80::check_all_aligned(p, kBwdWho);
@@ -291,6 +293,7 @@ BwdChains bwd_chains(const BwdParams& p, int block_n, int num_sms) {
     }
   }
   c.steps *= p.heads_kv * p.batch;
+  if (c.ctas == 0 || c.steps == 0) c.longest = 0;  // nothing walks (an empty batch; no keys unmasked)
   c.chain_bound = c.longest > kBwdShortChain &&
                   static_cast<double>(c.longest) * num_sms > kBwdChainMargin * static_cast<double>(c.steps);
   return c;

@@ -9,10 +9,11 @@
 //                                                 dSᵀ → shared memory, [key][query]
 //   dV += Pᵀ·dO,  dK += dSᵀ·Q                     (RS: Pᵀ and dSᵀ from registers, as the forward's P)
 //   ── both warpgroups' dSᵀ stored (named barrier) ──
-//   dQ[:, half w] = dS·K[:, half w]               (SS: dS as the MN-major A operand; D = 64: each
-//                                                 warpgroup all columns over its own keys), red.add
-//                                                 into the fp32 accumulator (row-major rows of the
-//                                                 workspace, bwd_params.cuh; the postprocess scales)
+//   dQ[:, half w] = dS·K[:, half w]               (SS: dS as the MN-major A operand, k over all 128
+//                                                 keys; D = 64: all columns, by warpgroup k % 2),
+//                                                 red.add into the fp32 accumulator (row-major rows
+//                                                 of the workspace, bwd_params.cuh; the postprocess
+//                                                 scales)
 //
 // The queries' side is the transposed one (FlashAttention-3's): the wgmma accumulator of Sᵀ has the
 // keys as rows, so P and dS feed dV and dK from registers with no shuffle, and the key-side sums
@@ -68,12 +69,13 @@ struct BwdTraits {
   static constexpr uint32_t kDS = kDO + kStages * kQBytes;
   static constexpr uint32_t kRowScalars = kDS + 2 * kDsBytes;
   static constexpr uint32_t kSmemBytes = kRowScalars + kStages * 2 * kBlockM * 4 + kSwizzleAtomBytes;
-  // dQ = dS·K per warpgroup: at D = 128 half the columns (its 64-column chunk of K) over all 128
-  // keys; at D = 64 every column over its own 64 keys, the two partials both added (a chunk is not
-  // split, and the accumulator stays at 32 floats a thread either way).
-  static constexpr bool kDqOwnKeys = kD == 64;
-  static constexpr int kDqCols = kDqOwnKeys ? kD : kD / 2;
-  static constexpr int kDqKeys = kDqOwnKeys ? kWarpgroupRows : kBlockN;
+  // dQ = dS·K over all 128 keys, so each element of the accumulator gets one fp32 addition per key
+  // block (those additions in L2, not their issue, are what dQ costs: kernels-sm80-backward.md). D =
+  // 128: each warpgroup half the columns, its 64-column chunk of K. D = 64 (one chunk, which a
+  // 32-column half would enter mid-row): all the columns, by one warpgroup a step, warpgroup k % 2;
+  // the accumulator is 32 floats a thread either way.
+  static constexpr bool kDqAlternate = kD == 64;
+  static constexpr int kDqCols = kDqAlternate ? kD : kD / 2;
   static_assert(kD == 64 || kD == 128, "dQ's split is written for D = 64 and 128");
   static_assert(kSmemBytes <= 227 * 1024);
 };
@@ -119,16 +121,18 @@ struct BwdMainloop : BwdLoads<Traits> {
     }
   }
 
-  // This warpgroup's dQ part (Traits::kDqOwnKeys): dS [key][query] as the MN-major A operand (M = the
-  // 64 queries, one chunk), K as the MN-major B operand; k runs over all 128 keys for K's chunk wg
-  // (D = 128) or over this warpgroup's 64 keys for all of K (D = 64).
+  // Whether this warpgroup computes and adds dQ in step k (Traits::kDqAlternate).
+  __device__ bool adds_dq(int k) const { return !Traits::kDqAlternate || (k & 1) == wg; }
+
+  // This warpgroup's dQ part: dS [key][query] as the MN-major A operand (M = the 64 queries, one
+  // chunk), K as the MN-major B operand (its chunk wg at D = 128, all of it at D = 64); k over all
+  // 128 keys.
   __device__ __forceinline__ void issue_dq(float (&dq)[Traits::kDqCols / 2], int buf) const {
-    const uint32_t first_key = Traits::kDqOwnKeys ? wg * kWarpgroupRows * kSwizzleRowBytes : 0;
-    const uint32_t chunk = Traits::kDqOwnKeys ? 0 : wg * Traits::kKVChunkBytes;
-    const uint64_t desc_a = ptx::wgmma_desc_mn_major(sm.ds(buf) + first_key, kSw, Traits::kDsBytes);
-    const uint64_t desc_b = ptx::wgmma_desc_mn_major(sm.k() + chunk + first_key, kSw, Traits::kKVChunkBytes);
+    const uint32_t chunk = Traits::kDqAlternate ? 0 : wg * Traits::kKVChunkBytes;
+    const uint64_t desc_a = ptx::wgmma_desc_mn_major(sm.ds(buf), kSw, Traits::kDsBytes);
+    const uint64_t desc_b = ptx::wgmma_desc_mn_major(sm.k() + chunk, kSw, Traits::kKVChunkBytes);
 #pragma unroll
-    for (int kk = 0; kk < Traits::kDqKeys / 16; ++kk) {
+    for (int kk = 0; kk < Traits::kBlockN / 16; ++kk) {
       ptx::wgmma_ss<Traits::kDqCols, Tag, ptx::Major::MN, ptx::Major::MN>(
           dq, ptx::wgmma_desc_advance(desc_a, kk * 16 * kSwizzleRowBytes),
           ptx::wgmma_desc_advance(desc_b, kk * 16 * kSwizzleRowBytes), kk > 0);
@@ -165,7 +169,7 @@ struct BwdMainloop : BwdLoads<Traits> {
   // red.add of this warpgroup's dQ part into the step's accumulator rows.
   __device__ __forceinline__ void add_dq(const float (&dq)[Traits::kDqCols / 2], int k) const {
     const int64_t row = kb.ws_row(p, k, Traits::kBlockM) + (row0 % kWarpgroupRows) + g;
-    float* dst = p.dq_accum + row * Traits::kD + (Traits::kDqOwnKeys ? 0 : wg * Traits::kDqCols) + 2 * t;
+    float* dst = p.dq_accum + row * Traits::kD + (Traits::kDqAlternate ? 0 : wg * Traits::kDqCols) + 2 * t;
 #pragma unroll
     for (int j = 0; j < Traits::kDqCols / 8; ++j) {
       ptx::red_add_v2_f32(dst + 8 * j, dq[4 * j], dq[4 * j + 1]);
@@ -226,21 +230,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (tid < 2 * Traits::kBlockM && k + kAhead < kb.steps) next_scalar = ml.read_row_scalar(k + kAhead);
 
     float dq[Traits::kDqCols / 2];
-    ptx::wgmma_fence();
-    ml.issue_dq(dq, buf);
+    const bool adds_dq = ml.adds_dq(k);  // uniform over the warpgroup, as wgmma needs
+    if (adds_dq) {
+      ptx::wgmma_fence();
+      ml.issue_dq(dq, buf);
+    }
     ptx::wgmma_wait<0>();
     ptx::wgmma_fence_operand(dq);
     ptx::wgmma_fence_operand(dv);
     ptx::wgmma_fence_operand(dk);
     ml.wait_dq_turn(k);
     if (p.deterministic) __syncthreads();
-    if (Traits::kDqOwnKeys && p.deterministic) {  // both partials into the same rows: warpgroup 0's first
-      if (wg == 0) ml.add_dq(dq, k);
-      __syncthreads();
-      if (wg == 1) ml.add_dq(dq, k);
-    } else {
-      ml.add_dq(dq, k);
-    }
+    if (adds_dq) ml.add_dq(dq, k);
     if (p.deterministic) {
       __syncthreads();  // every thread's additions before the release
       ml.pass_dq_turn(k);

@@ -152,18 +152,10 @@ struct BwdMainloop : BwdLoads<Traits> {
     }
   }
 
-  // dSᵀ into the 128B-swizzled [key][query] tile (a row: the key's 64 queries, 128 bytes).
-  __device__ __forceinline__ void store_ds(const float (&ds)[kN / 2], int buf) const {
-    unsigned char* tile = sm.generic + Traits::kDS + buf * Traits::kDsBytes;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = row0 + g + 8 * half;
-#pragma unroll
-      for (int j = 0; j < kN / 8; ++j) {
-        *reinterpret_cast<uint32_t*>(tile + ptx::swizzle_128b_offset(r, 16 * j + 4 * t)) =
-            ptx::pack2<Tag>(ds[4 * j + 2 * half], ds[4 * j + 2 * half + 1]);
-      }
-    }
+  // dSᵀ (this warp's fragment as `frag` maps it) into the 128B-swizzled [key][query] tile (a row: the
+  // key's 64 queries, 128 bytes).
+  __device__ __forceinline__ void store_ds(const BwdScoreTile& frag, const float (&ds)[kN / 2], int buf) const {
+    store_fragment<Tag, kN>(frag, ds, sm.generic + Traits::kDS + buf * Traits::kDsBytes);
   }
 
   // red.add of this warpgroup's dQ part into the step's accumulator rows.
@@ -209,12 +201,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::wgmma_fence();
     ml.issue_transposed_scores(st, sm.k(), sm.q(s));
     ml.issue_transposed_scores(dpt, sm.v(), sm.dout(s));
-    ml.score_tile(k).gradients_of_scores(st, dpt, p.scores, mult);
+    const BwdScoreTile frag = ml.score_tile(k);
+    frag.gradients_of_scores(st, dpt, p.scores, mult);
 
     uint32_t pa[BwdMainloop<Traits>::kN / 16][4], da[BwdMainloop<Traits>::kN / 16][4];
     BwdMainloop<Traits>::pack(pa, st);
     BwdMainloop<Traits>::pack(da, dpt);
-    ml.store_ds(dpt, buf);
+    ml.store_ds(frag, dpt, buf);
     ptx::wgmma_fence_operand(dv);
     ptx::wgmma_fence_operand(dk);
     ptx::wgmma_fence();

@@ -120,20 +120,11 @@ struct BwdWideMainloop : BwdLoads<Traits> {
   __device__ BwdScoreTile score_tile(int k) const {
     return BwdLoads<Traits>::score_tile(k, row0, wg * Traits::kQueries, g, t);
   }
-  __device__ int query_of(int j) const { return wg * Traits::kQueries + 8 * j + 2 * t; }
-
-  // This warpgroup's columns of Pᵀ or dSᵀ into the 128B-swizzled [key][query] tile.
-  __device__ __forceinline__ void store_tile(const float (&x)[Traits::kQueries / 2], int tile) const {
-    unsigned char* base = sm.generic + Traits::kDS + tile * Traits::kDsBytes;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = row0 + g + 8 * half;
-#pragma unroll
-      for (int j = 0; j < Traits::kQueries / 8; ++j) {
-        *reinterpret_cast<uint32_t*>(base + ptx::swizzle_128b_offset(r, 2 * query_of(j))) =
-            ptx::pack2<Tag>(x[4 * j + 2 * half], x[4 * j + 2 * half + 1]);
-      }
-    }
+  // This warpgroup's columns of Pᵀ or dSᵀ (its fragment as `frag` maps it) into the 128B-swizzled
+  // [key][query] tile.
+  __device__ __forceinline__ void store_tile(const BwdScoreTile& frag, const float (&x)[Traits::kQueries / 2],
+                                             int tile) const {
+    store_fragment<Tag, Traits::kQueries>(frag, x, sm.generic + Traits::kDS + tile * Traits::kDsBytes);
   }
 
   // red.add of this warpgroup's dQ columns into the step's accumulator rows.
@@ -178,9 +169,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::wgmma_fence();
     ml.issue_transposed_scores(st, sm.k(), sm.q(s));
     ml.issue_transposed_scores(dpt, sm.v(), sm.dout(s));
-    ml.score_tile(k).gradients_of_scores(st, dpt, p.scores, mult);
-    ml.store_tile(st, BwdWideMainloop<Traits>::kP);
-    ml.store_tile(dpt, BwdWideMainloop<Traits>::kDS);
+    const BwdScoreTile frag = ml.score_tile(k);
+    frag.gradients_of_scores(st, dpt, p.scores, mult);
+    ml.store_tile(frag, st, BwdWideMainloop<Traits>::kP);
+    ml.store_tile(frag, dpt, BwdWideMainloop<Traits>::kDS);
     ptx::fence_proxy_async_shared_cta();  // the generic stores, before wgmma reads them
     ptx::named_barrier_sync(kDsBarrier, Traits::kThreads);
     float next_scalar = 0.f;

@@ -216,6 +216,22 @@ struct BwdScoreTile {
   }
 };
 
+// A warp's fragment of Pᵀ or dSᵀ (kCols queries: its accumulator, elements as `frag` maps them),
+// converted, into a 128B-swizzled [key][query] tile of 64-query rows (128 bytes, ptx::swizzle_128b_offset):
+// the A operand of the products that read it back through a descriptor.
+template <class Tag, int kCols>
+__device__ __forceinline__ void store_fragment(const BwdScoreTile& frag, const float (&x)[kCols / 2],
+                                               unsigned char* tile) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+      *reinterpret_cast<uint32_t*>(tile + ptx::swizzle_128b_offset(frag.key(2 * half), 2 * frag.query(j, 0))) =
+          ptx::pack2<Tag>(x[4 * j + 2 * half], x[4 * j + 2 * half + 1]);
+    }
+  }
+}
+
 // What every warp of the backward's CTA does alike: the TMA loads of a step's Q and dO (thread 0), its
 // LSE·log2e and D (threads 0..127), and the varlen tails zeroed in shared memory. The mainloops
 // (bwd_kernel.cuh, bwd_kernel_wide.cuh) add their products to it.

@@ -119,6 +119,39 @@ def overhead_table(rows):
     return lines
 
 
+def variant_table(rows):
+    """The build variants timed in the same run (impl flashattn:NAME, bench_gpu.py --variant) against the
+    main build through the C API, per cell: TFLOP/s, the path each ran, main / variant."""
+    cells, names = {}, []
+    for r in rows:
+        if r["mode"] not in ("fwd", "bwd"):
+            continue
+        cells.setdefault(cell_key(r), {})[r["impl"]] = r
+        if r["impl"].startswith("flashattn:") and r["impl"] not in names:
+            names.append(r["impl"])
+    if not names:
+        return []
+    lines = ["| mode | causal | hdim | seqlen | heads | flashattn (path) | " +
+             " | ".join(f"{n} (path) | main / {n.split(':', 1)[1]}" for n in names) + " |",
+             "|" + "---|" * (6 + 2 * len(names))]
+    wins = {n: [0, 0] for n in names}
+    for k, v in cells.items():
+        main = v.get("flashattn", {})
+        heads = f"{k[5]}/{k[6]}" if k[6] != k[5] else f"{k[5]}"
+        cols = []
+        for n in names:
+            var = v.get(n, {})
+            cols.append(f"{_num(var.get('tflops'))} ({var.get('path', '–')}) | {_ratio(main.get('tflops'), var.get('tflops'))}")
+            if main.get("tflops") and var.get("tflops"):
+                wins[n][1] += 1
+                wins[n][0] += main["tflops"] >= var["tflops"]
+        lines.append(f"| {k[0]} | {int(k[1])} | {k[3]} | {k[4]}{' varlen' if k[7] else ''} | {heads} | "
+                     f"{_num(main.get('tflops'))} ({main.get('path', '–')}) | " + " | ".join(cols) + " |")
+    for n in names:
+        lines.append(f"\nCells where the main build is at or above {n}: {wins[n][0]} of {wins[n][1]}.")
+    return lines
+
+
 def markdown(result, goals=None):
     """The summary of one results dict (as bench_gpu.py writes it) as markdown text."""
     d = result
@@ -128,6 +161,9 @@ def markdown(result, goals=None):
         out.append(f"Ceilings measured in the same run: bf16 matmul {c['bf16_matmul_tflops_8192cube']:.0f} TFLOP/s, "
                    f"device copy {c['device_copy_tbps']:.2f} TB/s.\n")
     out += attention_table(d["rows"], goals or {})
+    var = variant_table(d["rows"])
+    if var:
+        out += ["", "Build variants in the same run (C API):", ""] + var
     dec = decode_table(d["rows"])
     if dec:
         ceil = ceiling_tbps(d["rows"])

@@ -45,3 +45,25 @@ def test_bench_smoke_path_picks_the_family(tmp_path):
     assert cpu and all(r.get("path") == "cpu" and "error" not in r for r in cpu)
     refused = rows("sm80")
     assert refused and all("sm80" in r.get("error", "") and "tflops" not in r for r in refused)
+
+
+C_LIB = os.environ.get("FLASHATTN_C_LIB") or os.path.join(BENCH, "..", "build", "libflashattn_c.so")
+
+
+@pytest.mark.skipif(not os.path.exists(C_LIB), reason="no C library built (scripts/test.sh builds build/)")
+def test_bench_smoke_variant_rows_and_their_table(tmp_path):
+    """--variant NAME=@PATH times the same library on another family in the same run (impl flashattn:NAME),
+    and summarize.py sets each variant beside the main build per cell."""
+    out = tmp_path / "variant.json"
+    subprocess.run([sys.executable, os.path.join(BENCH, "bench_gpu.py"), "--smoke", "--parts", "grid", "--path", "cpu",
+                    "--lib", C_LIB, "--variant", "again=@cpu", "--out", str(out)], check=True, capture_output=True,
+                   text=True, timeout=600)
+    rows = json.load(open(out))["rows"]
+    main = [r for r in rows if r["impl"] == "flashattn"]
+    again = [r for r in rows if r["impl"] == "flashattn:again"]
+    assert main and len(again) == len(main)
+    assert all(r.get("path") == "cpu" and r["tflops"] > 0 for r in again)
+    summary = subprocess.run([sys.executable, os.path.join(BENCH, "summarize.py"), str(out)], check=True,
+                             capture_output=True, text=True).stdout
+    assert "Build variants in the same run" in summary and "flashattn:again (path)" in summary
+    assert "Cells where the main build is at or above flashattn:again: " in summary

@@ -514,10 +514,18 @@ TEST(CudaSm90BackwardPlan, EmptyTensorsGetNoMap) {
   v.cu_seqlens_k = cu_k;
   v.total_q = 9;
   v.total_k = 0;
-  EXPECT_TRUE(bwd_loads_queries(v));
   EXPECT_FALSE(bwd_loads_keys(v));
+  EXPECT_FALSE(bwd_loads_queries(v));  // no CTA has keys, so none walks a step
+  v.total_k = 9;
+  v.cu_seqlens_k = cu_q;
+  EXPECT_TRUE(bwd_loads_keys(v));
+  EXPECT_TRUE(bwd_loads_queries(v));
   v.total_q = 0;
   EXPECT_FALSE(bwd_loads_queries(v));
+  auto nk = bwd_shape(2, 128, 4, 2, false);  // padded, no keys: nothing is loaded
+  nk.seqlen_k = 0;
+  EXPECT_FALSE(bwd_loads_keys(nk));
+  EXPECT_FALSE(bwd_loads_queries(nk));
   auto b = bwd_shape(0, 128, 4, 2, false);
   EXPECT_FALSE(bwd_loads_queries(b));
   EXPECT_FALSE(bwd_loads_keys(b));

@@ -27,14 +27,14 @@ inline BwdMapSpecs bwd_map_specs(const BwdParams& p, int block_n) {
                        p.do_batch_stride, kBwdBlockM)};
 }
 
-// Which maps a call's kernel ever loads through: Q and dO only if some sequence has query rows (a
-// key block with none walks no step), K and V only if some has keys (else every CTA returns at once).
-// An empty tensor may have no data pointer, and TMA takes no zero-sized dimension, so the maps of
-// the others are neither checked nor encoded (the kernel gets zeroed maps it never reads); dK and
-// dV are still written, zeros where no query sees a key.
-inline bool bwd_loads_queries(const BwdParams& p) {
-  return fwd_map_rows_q(p) > 0 && fwd_map_batch(p) > 0 && p.heads_q > 0;
-}
+// Which maps a call's kernel ever loads through: K and V only if some sequence has keys (else every
+// CTA returns at once), Q and dO only if, besides, some has query rows (a key block with none walks
+// no step). An empty tensor may have no data pointer, and TMA takes no zero-sized dimension, so the
+// maps of the others are neither checked nor encoded (the kernel gets zeroed maps it never reads);
+// dK and dV are still written, zeros where no query sees a key.
 inline bool bwd_loads_keys(const BwdParams& p) { return fwd_has_keys(p) && p.heads_kv > 0; }
+inline bool bwd_loads_queries(const BwdParams& p) {
+  return bwd_loads_keys(p) && fwd_map_rows_q(p) > 0 && p.heads_q > 0;
+}
 
 }  // namespace flashattn::cuda::sm90

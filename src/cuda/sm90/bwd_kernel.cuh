@@ -48,36 +48,17 @@
 
 namespace flashattn::cuda::sm90 {
 
+// Two warpgroups of 64 keys each, three stages of Q and dO.
 template <class TagT, int kHeadDim>
-struct BwdTraits {
-  using Tag = TagT;
-  static constexpr int kD = kHeadDim;
-  static constexpr int kBlockN = 2 * kWarpgroupRows;  // keys per CTA, 64 per warpgroup
-  static constexpr int kBlockM = 64;                  // query rows per step
-  static constexpr int kThreads = 2 * kWarpgroupThreads;
-  static constexpr int kStages = 3;
-  static constexpr int kChunks = kD / kSwizzleCols;
-  static constexpr uint32_t kKVChunkBytes = kBlockN * kSwizzleRowBytes;
-  static constexpr uint32_t kKVBytes = kChunks * kKVChunkBytes;
-  static constexpr uint32_t kQChunkBytes = kBlockM * kSwizzleRowBytes;
-  static constexpr uint32_t kQBytes = kChunks * kQChunkBytes;
-  static constexpr uint32_t kDsBytes = kBlockN * kBlockM * 2;  // [key][query]: 64 queries are one 128-byte row
-  // Shared memory, every tile on a swizzle atom: K, V, the Q and dO stages, two dS buffers, then
-  // LSE·log2e and D per stage.
-  static constexpr uint32_t kK = 0, kV = kKVBytes, kQ = 2 * kKVBytes;
-  static constexpr uint32_t kDO = kQ + kStages * kQBytes;
-  static constexpr uint32_t kDS = kDO + kStages * kQBytes;
-  static constexpr uint32_t kRowScalars = kDS + 2 * kDsBytes;
-  static constexpr uint32_t kSmemBytes = kRowScalars + kStages * 2 * kBlockM * 4 + kSwizzleAtomBytes;
+struct BwdTraits : BwdLayout<TagT, kHeadDim, 2 * kWarpgroupRows, 3> {
   // dQ = dS·K over all 128 keys, so each element of the accumulator gets one fp32 addition per key
   // block (those additions in L2, not their issue, are what dQ costs: kernels-sm80-backward.md). D =
   // 128: each warpgroup half the columns, its 64-column chunk of K. D = 64 (one chunk, which a
   // 32-column half would enter mid-row): all the columns, by one warpgroup a step, warpgroup k % 2;
   // the accumulator is 32 floats a thread either way.
-  static constexpr bool kDqAlternate = kD == 64;
-  static constexpr int kDqCols = kDqAlternate ? kD : kD / 2;
-  static_assert(kD == 64 || kD == 128, "dQ's split is written for D = 64 and 128");
-  static_assert(kSmemBytes <= 227 * 1024);
+  static constexpr bool kDqAlternate = kHeadDim == 64;
+  static constexpr int kDqCols = kDqAlternate ? kHeadDim : kHeadDim / 2;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "dQ's split is written for D = 64 and 128");
 };
 
 template <class Traits>
@@ -160,13 +141,8 @@ struct BwdMainloop : BwdLoads<Traits> {
 
   // red.add of this warpgroup's dQ part into the step's accumulator rows.
   __device__ __forceinline__ void add_dq(const float (&dq)[Traits::kDqCols / 2], int k) const {
-    const int64_t row = kb.ws_row(p, k, Traits::kBlockM) + (row0 % kWarpgroupRows) + g;
-    float* dst = p.dq_accum + row * Traits::kD + (Traits::kDqAlternate ? 0 : wg * Traits::kDqCols) + 2 * t;
-#pragma unroll
-    for (int j = 0; j < Traits::kDqCols / 8; ++j) {
-      ptx::red_add_v2_f32(dst + 8 * j, dq[4 * j], dq[4 * j + 1]);
-      ptx::red_add_v2_f32(dst + 8 * Traits::kD + 8 * j, dq[4 * j + 2], dq[4 * j + 3]);
-    }
+    add_dq_fragment<Traits::kD, Traits::kDqCols>(p, kb.ws_row(p, k, Traits::kBlockM) + (row0 % kWarpgroupRows) + g,
+                                                 Traits::kDqAlternate ? 0 : wg * Traits::kDqCols, t, dq);
   }
 };
 

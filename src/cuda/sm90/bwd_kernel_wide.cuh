@@ -34,30 +34,13 @@
 
 namespace flashattn::cuda::sm90 {
 
+// 64 keys, the columns split between the warpgroups; two stages of Q and dO. The two [key][query]
+// tiles hold Pᵀ (BwdSmem::ds(0)) and dSᵀ (ds(1)).
 template <class TagT, int kHeadDim>
-struct BwdWideTraits {
-  using Tag = TagT;
-  static constexpr int kD = kHeadDim;
-  static constexpr int kBlockN = kWarpgroupRows;  // keys per CTA: wgmma's M for the key side
-  static constexpr int kBlockM = 64;              // query rows per step
-  static constexpr int kThreads = 2 * kWarpgroupThreads;
-  static constexpr int kStages = 2;
-  static constexpr int kChunks = kD / kSwizzleCols;
-  static constexpr int kHalf = kD / 2;         // columns of dK, dV and dQ per warpgroup
-  static constexpr int kQueries = kBlockM / 2;  // columns of Sᵀ and dPᵀ per warpgroup
-  static constexpr uint32_t kKVChunkBytes = kBlockN * kSwizzleRowBytes;
-  static constexpr uint32_t kKVBytes = kChunks * kKVChunkBytes;
-  static constexpr uint32_t kQChunkBytes = kBlockM * kSwizzleRowBytes;
-  static constexpr uint32_t kQBytes = kChunks * kQChunkBytes;
-  static constexpr uint32_t kDsBytes = kBlockN * kBlockM * 2;  // [key][query]: 64 queries are one 128-byte row
-  // Shared memory: K, V, the Q and dO stages, Pᵀ (BwdSmem::ds(0)) and dSᵀ (ds(1)), LSE·log2e and D.
-  static constexpr uint32_t kK = 0, kV = kKVBytes, kQ = 2 * kKVBytes;
-  static constexpr uint32_t kDO = kQ + kStages * kQBytes;
-  static constexpr uint32_t kDS = kDO + kStages * kQBytes;
-  static constexpr uint32_t kRowScalars = kDS + 2 * kDsBytes;
-  static constexpr uint32_t kSmemBytes = kRowScalars + kStages * 2 * kBlockM * 4 + kSwizzleAtomBytes;
+struct BwdWideTraits : BwdLayout<TagT, kHeadDim, kWarpgroupRows, 2> {
+  static constexpr int kHalf = kHeadDim / 2;  // columns of dK, dV and dQ per warpgroup
+  static constexpr int kQueries = 64 / 2;     // columns of Sᵀ and dPᵀ per warpgroup: half the step's rows
   static_assert(kHalf % kSwizzleCols == 0, "each warpgroup's columns are whole 64-column chunks");
-  static_assert(kSmemBytes <= 227 * 1024);
 };
 
 // The end of a step: both warpgroups are done with Pᵀ, dSᵀ and the stage (bwd_tile.cuh has 1 and 2).
@@ -129,13 +112,8 @@ struct BwdWideMainloop : BwdLoads<Traits> {
 
   // red.add of this warpgroup's dQ columns into the step's accumulator rows.
   __device__ __forceinline__ void add_dq(const float (&dq)[Traits::kHalf / 2], int k) const {
-    const int64_t row = kb.ws_row(p, k, Traits::kBlockM) + row0 + g;
-    float* dst = p.dq_accum + row * Traits::kD + wg * Traits::kHalf + 2 * t;
-#pragma unroll
-    for (int j = 0; j < Traits::kHalf / 8; ++j) {
-      ptx::red_add_v2_f32(dst + 8 * j, dq[4 * j], dq[4 * j + 1]);
-      ptx::red_add_v2_f32(dst + 8 * Traits::kD + 8 * j, dq[4 * j + 2], dq[4 * j + 3]);
-    }
+    add_dq_fragment<Traits::kD, Traits::kHalf>(p, kb.ws_row(p, k, Traits::kBlockM) + row0 + g, wg * Traits::kHalf, t,
+                                               dq);
   }
 };
 

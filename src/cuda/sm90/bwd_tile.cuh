@@ -1,10 +1,8 @@
 // What the sm90 backward's kernels share (bwd_kernel.cuh: head dims 64 and 128; bwd_kernel_wide.cuh:
 // 256): the shared-memory layout's accessors, the CTA's key block and the steps it walks, the grid
 // order, the elementwise part of a step (P, dS, the soft cap's slope), the loads of a step and the
-// deterministic mode's dQ turns. A Traits names the tile: kD, kBlockN (keys per CTA), kBlockM (query
-// rows per step), kThreads, kStages, kChunks (64-column chunks of a row), the byte sizes
-// kKVChunkBytes, kKVBytes, kQChunkBytes, kQBytes, kDsBytes and the offsets kK, kV, kQ, kDO, kDS,
-// kRowScalars.
+// deterministic mode's dQ turns, the dQ additions and the dK/dV stores. A kernel's Traits is a
+// BwdLayout (its tile and shared memory) plus what the kernel adds.
 #pragma once
 
 #include <cuda.h>
@@ -26,6 +24,7 @@
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/sm80/bwd_params.cuh"
 #include "cuda/sm90/fwd_shape.hpp"
+#include "cuda/sm90/swizzled_tile.cuh"
 
 namespace flashattn::cuda::sm90 {
 
@@ -35,6 +34,31 @@ using sm80::BwdKernelParams;
 // rows past the sequence are zeroed.
 inline constexpr uint32_t kDsBarrier = 1;
 inline constexpr uint32_t kTailBarrier = 2;
+
+// The tile of a kernel and its shared memory, every tile on a swizzle atom: K and V (kBlockN keys),
+// kStages stages of Q and dO (kBlockM query rows), two [key][query] tiles (dSᵀ double-buffered, or
+// Pᵀ and dSᵀ), then LSE·log2e and D per stage. Rows are 64-column chunks of 128 bytes.
+template <class TagT, int kHeadDim, int kKeys, int kStageCount>
+struct BwdLayout {
+  using Tag = TagT;
+  static constexpr int kD = kHeadDim;
+  static constexpr int kBlockN = kKeys;  // keys per CTA
+  static constexpr int kBlockM = 64;     // query rows per step
+  static constexpr int kThreads = 2 * kWarpgroupThreads;
+  static constexpr int kStages = kStageCount;
+  static constexpr int kChunks = kD / kSwizzleCols;
+  static constexpr uint32_t kKVChunkBytes = kBlockN * kSwizzleRowBytes;
+  static constexpr uint32_t kKVBytes = kChunks * kKVChunkBytes;
+  static constexpr uint32_t kQChunkBytes = kBlockM * kSwizzleRowBytes;
+  static constexpr uint32_t kQBytes = kChunks * kQChunkBytes;
+  static constexpr uint32_t kDsBytes = kBlockN * kBlockM * 2;  // [key][query]: 64 queries are one 128-byte row
+  static constexpr uint32_t kK = 0, kV = kKVBytes, kQ = 2 * kKVBytes;
+  static constexpr uint32_t kDO = kQ + kStages * kQBytes;
+  static constexpr uint32_t kDS = kDO + kStages * kQBytes;
+  static constexpr uint32_t kRowScalars = kDS + 2 * kDsBytes;
+  static constexpr uint32_t kSmemBytes = kRowScalars + kStages * 2 * kBlockM * 4 + kSwizzleAtomBytes;
+  static_assert(kSmemBytes <= 227 * 1024);
+};
 
 template <class Traits>
 struct BwdSmem {
@@ -124,10 +148,6 @@ __device__ __forceinline__ BwdKeyBlock bwd_key_block(const BwdKernelParams& p) {
   return b;
 }
 
-// K-step ks (16 columns) of a K-major tile of 64-column chunks `chunk_bytes` apart.
-__device__ __forceinline__ uint32_t k_step_bytes(int ks, uint32_t chunk_bytes) {
-  return (ks / 4) * chunk_bytes + 32 * (ks % 4);
-}
 
 // ---- the elementwise part of a step -------------------------------------------------------------
 // A warp's part of the step's Sᵀ and dPᵀ accumulators (the wgmma fragment, ptx/wgmma.cuh): element
@@ -344,23 +364,18 @@ struct BwdLoads {
   // Varlen: the rows a box loaded past the sequence (the next sequence's, or packed rows of none,
   // which may hold anything, NaN too) zeroed in shared memory: P = 0 and dS = 0 there do not keep
   // them out of the products (0 · NaN = NaN in P·dO, dS·Q, dS·K). Rows [first, rows) of each
-  // 64-column chunk of `tile`; whole 128-byte rows, so the swizzle (within a row) does not matter.
-  // Every thread takes a share; then fence.proxy.async (before wgmma reads them) and a barrier.
-  __device__ void zero_rows(uint32_t tile_offset, int chunk_bytes, int rows, int first) const {
-    constexpr int kUnitsPerRow = kSwizzleRowBytes / 16;
-    const int units = (rows - first) * kUnitsPerRow;
-    for (int u = tid; u < Traits::kChunks * units; u += Traits::kThreads) {
-      const int c = u / units, r = first + (u % units) / kUnitsPerRow, w = u % kUnitsPerRow;
-      *reinterpret_cast<uint4*>(sm.generic + tile_offset + c * chunk_bytes + r * kSwizzleRowBytes + 16 * w) =
-          make_uint4(0, 0, 0, 0);
-    }
+  // 64-column chunk of the tile at `tile_offset`, by every thread; then fence.proxy.async (before
+  // wgmma reads them) and a barrier.
+  template <uint32_t kChunkBytes>
+  __device__ void zero_rows(uint32_t tile_offset, int rows, int first) const {
+    zero_tile_rows<Traits::kChunks, kChunkBytes, Traits::kThreads>(sm.generic + tile_offset, rows, first, tid);
   }
   // The K and V rows past seqlen_k (once, after they landed), before the first product.
   __device__ void zero_key_tail() const {
     const int first = kb.seq.seqlen_k - kb.n0;
     if (!kb.varlen || first >= Traits::kBlockN) return;
-    zero_rows(Traits::kK, Traits::kKVChunkBytes, Traits::kBlockN, first);
-    zero_rows(Traits::kV, Traits::kKVChunkBytes, Traits::kBlockN, first);
+    zero_rows<Traits::kKVChunkBytes>(Traits::kK, Traits::kBlockN, first);
+    zero_rows<Traits::kKVChunkBytes>(Traits::kV, Traits::kBlockN, first);
     ptx::fence_proxy_async_shared_cta();
     __syncthreads();
   }
@@ -369,13 +384,26 @@ struct BwdLoads {
     const int first = kb.seq.seqlen_q - kb.m0(k, Traits::kBlockM);
     if (!kb.varlen || first >= Traits::kBlockM) return;
     const int s = k % Traits::kStages;
-    zero_rows(Traits::kQ + s * Traits::kQBytes, Traits::kQChunkBytes, Traits::kBlockM, first);
-    zero_rows(Traits::kDO + s * Traits::kQBytes, Traits::kQChunkBytes, Traits::kBlockM, first);
+    zero_rows<Traits::kQChunkBytes>(Traits::kQ + s * Traits::kQBytes, Traits::kBlockM, first);
+    zero_rows<Traits::kQChunkBytes>(Traits::kDO + s * Traits::kQBytes, Traits::kBlockM, first);
     ptx::fence_proxy_async_shared_cta();
     ptx::named_barrier_sync(kTailBarrier, Traits::kThreads);
   }
 
 };
+
+// red.add of a warp's dQ fragment (rows row, row + 8 of the accumulator, kCols columns from col0 in
+// pairs 8j + 2t) into the row-major fp32 accumulator (p.dq_accum, rows of head_dim floats).
+template <int kD, int kCols>
+__device__ __forceinline__ void add_dq_fragment(const BwdKernelParams& p, int64_t row, int col0, int t,
+                                                const float (&dq)[kCols / 2]) {
+  float* dst = p.dq_accum + row * kD + col0 + 2 * t;
+#pragma unroll
+  for (int j = 0; j < kCols / 8; ++j) {
+    ptx::red_add_v2_f32(dst + 8 * j, dq[4 * j], dq[4 * j + 1]);
+    ptx::red_add_v2_f32(dst + 8 * kD + 8 * j, dq[4 * j + 2], dq[4 * j + 3]);
+  }
+}
 
 // The key side's end: dK·scale and dV of this warp's rows (keys key0 + g, + 8 of the block) in the
 // kCols columns from col0, converted and stored; keys past seqlen_k are not written.

@@ -30,6 +30,7 @@
 #include "cuda/sm80/hooks.cuh"
 #include "cuda/sm80/softmax.cuh"
 #include "cuda/sm90/fwd_tile.cuh"
+#include "cuda/sm90/swizzled_tile.cuh"
 
 namespace flashattn::cuda::sm90 {
 
@@ -76,10 +77,6 @@ struct Consumer {
   int wg;    // consumer index 0 .. kConsumers − 1
   int row0;  // this warp's first row within the block
   int lane;
-
-  // K-step ks (16 columns) of a K-major tile: chunk ks / 4, 32·(ks % 4) bytes into its rows (the
-  // swizzle is a function of the absolute address).
-  __device__ __forceinline__ static uint32_t k_step_bytes(int ks, uint32_t chunk_bytes) { return (ks / 4) * chunk_bytes + 32 * (ks % 4); }
 
   // S = Q·K_stageᵀ (this warpgroup's 64 rows × block_n keys), issued, not waited for.
   __device__ __forceinline__ void issue_scores(ConsumerState<Traits>& c, int stage) const {
@@ -157,6 +154,8 @@ struct Consumer {
   // matter; every consumer thread takes a share, then fence.proxy.async (generic stores before
   // wgmma's reads) and a barrier of the consumers.
   __device__ __forceinline__ void zero_v_tail(int tid_consumers, int stage) const {
+    // swizzled_tile.cuh's zero_tile_rows, written out: called here, the kernels' SASS changed at
+    // D = 128 and 256 (2026-12-05; this kernel is measured, so its machine code stays).
     constexpr int kUnitsPerRow = kSwizzleRowBytes / 16;
     const int tail_rows = t.seq.seqlen_k - t.key_block(0) * Traits::kBlockN;
     unsigned char* v_tile = sm.base + Traits::kVOffset + stage * Traits::kKVBytes;

@@ -69,16 +69,7 @@ BwdSplit split_last_wave(const BwdParams& p, const BwdTile& tile, int num_sms, i
 // host knows only the longest lengths, so it counts every sequence at them; that overstates all the
 // steps, so where it splits, the real grid is chain-bound too (it may miss grids that are).
 BwdSplit split_long_blocks(const BwdParams& p, const BwdTile& tile, int num_sms, int64_t blocks) {
-  const Mask mask{static_cast<int>(p.seqlen_q), static_cast<int>(p.seqlen_k), clamp_window(p.options.window_left),
-                  clamp_window(p.options.window_right)};
-  const int num_n = static_cast<int>((p.seqlen_k + tile.block_n - 1) / tile.block_n);
-  int64_t steps = 0, longest = 0;
-  for (int n = 0; n < num_n; ++n) {
-    const int64_t chain = int64_t{mask.m_block_count(n * tile.block_n, tile.block_n, tile.block_m)} * p.group_size();
-    steps += chain;
-    longest = std::max(longest, chain);
-  }
-  steps *= p.heads_kv * p.batch;
+  const auto [steps, longest] = chain_steps(p, tile.block_n, tile.block_m);
   if (longest * num_sms <= steps) return BwdSplit::whole(blocks);
   const int64_t piece = std::max(steps / (4 * num_sms), 16 * kPartOverheadSteps);
   const int64_t k = std::min((longest + piece - 1) / piece, max_parts(p, tile, blocks));
@@ -87,6 +78,26 @@ BwdSplit split_long_blocks(const BwdParams& p, const BwdTile& tile, int num_sms,
 }
 
 }  // namespace
+
+BwdChainSteps chain_steps(const BwdParams& p, int block_n, int block_m) {
+  BwdChainSteps c;
+  const int64_t num_n = (p.seqlen_k + block_n - 1) / block_n;
+  if (!mask_of(p.options).has_mask()) {  // every key block sees every query block
+    c.longest = (p.seqlen_q + block_m - 1) / block_m * p.group_size();
+    c.steps = c.longest * num_n;
+  } else {
+    const Mask mask{static_cast<int>(p.seqlen_q), static_cast<int>(p.seqlen_k), clamp_window(p.options.window_left),
+                    clamp_window(p.options.window_right)};
+    for (int64_t n = 0; n < num_n; ++n) {
+      const int64_t chain =
+          int64_t{mask.m_block_count(static_cast<int>(n) * block_n, block_n, block_m)} * p.group_size();
+      c.steps += chain;
+      c.longest = std::max(c.longest, chain);
+    }
+  }
+  c.steps *= p.heads_kv * p.batch;
+  return c;
+}
 
 BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms) {
   const int64_t blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n * p.heads_kv * p.batch;

@@ -17,4 +17,13 @@ struct BwdSplit {
 
 BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms);
 
+// The steps (query blocks of block_m rows, times the group's query heads) a backward grid of key
+// blocks of block_n keys walks: in all (every kv head and sequence, varlen counted at the longest
+// lengths) and in its longest block, under the call's mask (Mask::m_block_count, the kernels' own
+// count). The sm90 backward's plan reads the same counts (sm90::bwd_chains).
+struct BwdChainSteps {
+  int64_t steps = 0, longest = 0;
+};
+BwdChainSteps chain_steps(const BwdParams& p, int block_n, int block_m);
+
 }  // namespace flashattn::cuda::sm80

@@ -18,8 +18,6 @@
 
 namespace flashattn::cuda::sm90 {
 
-inline constexpr const char* kBwdWho = "cuda sm90 backward";
-
 // The kernel of head dim D: the key side split by keys (bwd_kernel.cuh) up to D = 128, by columns
 // above (bwd_kernel_wide.cuh).
 template <class Tag, int kHeadDim>

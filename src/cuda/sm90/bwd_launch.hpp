@@ -10,6 +10,9 @@
 
 namespace flashattn::cuda::sm90 {
 
+// Who refuses or fails, in the backward's messages (plan and launch).
+inline constexpr const char* kBwdWho = "cuda sm90 backward";
+
 // The query rows of a step and the keys a CTA owns (bwd_kernel.cuh: 128 at head dims 64 and 128;
 // bwd_kernel_wide.cuh: 64 at 256): the workspace layout (sm80/bwd_params.cuh) and the grid are
 // planned with them.

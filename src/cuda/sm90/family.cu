@@ -6,7 +6,6 @@
 // whose head dims fit a compiled instance (64, 128, 192, 256; others round up). Causal, sliding
 // windows, soft cap and GQA/MQA run on it, and paged K/V (paged prefill) whose pages make up whole
 // key blocks (check_paged). Everything else is not_supported with the reason.
-#include <algorithm>
 #include <climits>
 #include <string>
 
@@ -18,6 +17,7 @@
 #include "cuda/cuda_backend.hpp"
 #include "cuda/ptx/mma.cuh"
 #include "cuda/sm80/bwd_launch.hpp"
+#include "cuda/sm80/bwd_split.hpp"
 #include "cuda/sm80/bwd_workspace.hpp"
 #include "cuda/sm90/bwd_launch.hpp"
 #include "cuda/sm90/bwd_maps.hpp"
@@ -30,6 +30,32 @@ namespace sm90 {
 namespace {
 
 constexpr const char* kWho = "cuda sm90 forward";
+
+Status refuse(const char* who, const std::string& why) { return Status::unsupported(std::string(who) + ": " + why); }
+
+// What both directions' plans require first: the tensor cores' dtypes, a compute capability 9.0 GPU
+// (sm_90a code runs only there; its info for the plan), and varlen tensors TMA can address.
+Status check_dtype(const char* who, DType dtype) {
+  if (dtype == DType::f16 || dtype == DType::bf16) return Status::success();
+  return refuse(who, std::string("dtype ") + to_string(dtype) + " is not supported: the tensor-core kernels take f16 or bf16");
+}
+
+Status check_hopper(const char* who, DeviceInfo* dev) {
+  FLASHATTN_TRY(device_info(dev));
+  if (dev->cc_major == 9 && dev->cc_minor == 0) return Status::success();
+  return refuse(who, "needs compute capability 9.0 (sm_90a), the current device has " + std::to_string(dev->cc_major) +
+                         "." + std::to_string(dev->cc_minor));
+}
+
+// Varlen: the kernels' TMA row coordinate is 32-bit (keys_mapped: false where K and V are paged).
+Status check_packed_rows(const char* who, const FwdParams& p, bool keys_mapped) {
+  if (!p.is_varlen() || (p.total_q <= kMaxPackedRows && (!keys_mapped || p.total_k <= kMaxPackedRows))) {
+    return Status::success();
+  }
+  return refuse(who, "varlen tensors of " + std::to_string(p.total_q) + " query and " + std::to_string(p.total_k) +
+                         " key rows: TMA's row coordinate is 32-bit (at most " + std::to_string(kMaxPackedRows) +
+                         " packed rows)");
+}
 
 using FwdRunFn = Status (*)(const FwdParams& params);
 using FwdCheckFn = Status (*)(const FwdParams& params);
@@ -60,11 +86,7 @@ Status check_sizes(const FwdParams& p, int head_dim) {
   }
   const int64_t block_m = fwd_shape_of(p, head_dim).block_m();
   const int64_t m_blocks = (p.seqlen_q + block_m - 1) / block_m;
-  if (p.is_varlen() && (p.total_q > kMaxPackedRows || (!p.is_paged() && p.total_k > kMaxPackedRows))) {
-    return Status::unsupported(std::string(kWho) + ": varlen tensors of " + std::to_string(p.total_q) + " query and " +
-                               std::to_string(p.total_k) + " key rows: TMA's row coordinate is 32-bit (at most " +
-                               std::to_string(kMaxPackedRows) + " packed rows)");
-  }
+  FLASHATTN_TRY(check_packed_rows(kWho, p, !p.is_paged()));
   // The kernel's scheduler counts tiles in 32-bit ints: the next tile is the current one (or the
   // counter) plus the grid size, which stays far below 2^31. (2^30 tiles hold over 8·10^12 query
   // elements.)
@@ -115,10 +137,7 @@ Status check_layout(const FwdParams& p, int head_dim) {
 }
 
 Status plan_forward(const FwdParams& p, Plan* plan) {
-  if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
-    return Status::unsupported(std::string(kWho) + ": dtype " + to_string(p.dtype) +
-                               " is not supported: the tensor-core kernels take f16 or bf16");
-  }
+  FLASHATTN_TRY(check_dtype(kWho, p.dtype));
   const int64_t need = p.hdim_qk > p.hdim_v ? p.hdim_qk : p.hdim_v;
   const Instance* inst = find_instance(need);
   if (inst == nullptr) {
@@ -128,11 +147,7 @@ Status plan_forward(const FwdParams& p, Plan* plan) {
                                "\" (FLASHATTN_HEADDIMS among 64, 128, 192, 256, with 90a in FLASHATTN_CUDA_ARCHS)");
   }
   DeviceInfo dev;
-  FLASHATTN_TRY(device_info(&dev));
-  if (dev.cc_major != 9 || dev.cc_minor != 0) {
-    return Status::unsupported(std::string(kWho) + ": needs compute capability 9.0 (sm_90a), the current device has " +
-                               std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor));
-  }
+  FLASHATTN_TRY(check_hopper(kWho, &dev));
   FLASHATTN_TRY(check_sizes(p, inst->head_dim));
   FLASHATTN_TRY(check_paged(p, inst->head_dim));
   FLASHATTN_TRY(check_layout(p, inst->head_dim));
@@ -153,8 +168,6 @@ Status run_forward(const Plan& plan, const FwdParams& p) { return plan.get<FwdPl
 // this kernel's blocks. It takes padded and varlen batches of f16/bf16 with hdim_qk = hdim_v = 64,
 // 128 or 256, any mask, soft cap, GQA/MQA, deterministic or not; everything else (and long chains on
 // few key blocks, below) is not_supported with the reason, and "auto" runs the sm80 backward.
-constexpr const char* kBwdWho = "cuda sm90 backward";
-
 using BwdRunFn = Status (*)(const BwdParams&, const sm80::BwdKernelParams&);
 using BwdCheckFn = Status (*)();
 
@@ -180,24 +193,12 @@ const BwdInstance* find_bwd_instance(int64_t hdim_qk, int64_t hdim_v) {
   return nullptr;
 }
 
-Status bwd_unsupported(const std::string& why) { return Status::unsupported(std::string(kBwdWho) + ": " + why); }
-
-// What the kernel does not take (yet): the sm80 backward runs these.
-Status check_bwd_features(const BwdParams& p) {
-  if (p.is_varlen() && (p.total_q > kMaxPackedRows || p.total_k > kMaxPackedRows)) {
-    return bwd_unsupported("varlen tensors of " + std::to_string(p.total_q) + " query and " +
-                           std::to_string(p.total_k) + " key rows: TMA's row coordinate is 32-bit (at most " +
-                           std::to_string(kMaxPackedRows) + " packed rows)");
-  }
-  return Status::success();
-}
-
 Status check_bwd_grid(const BwdParams& p, int block_n, int num_sms, int64_t* ctas) {
   const BwdChains c = bwd_chains(p, block_n, num_sms);
   *ctas = c.ctas;
-  if (c.ctas > INT_MAX) return bwd_unsupported("the problem needs more than 2^31 - 1 thread blocks");
+  if (c.ctas > INT_MAX) return refuse(kBwdWho, "the problem needs more than 2^31 - 1 thread blocks");
   if (c.chain_bound) {
-    return bwd_unsupported("the longest key block walks " + std::to_string(c.longest) + " of " +
+    return refuse(kBwdWho, "the longest key block walks " + std::to_string(c.longest) + " of " +
                            std::to_string(c.steps) + " steps, well over one of the " + std::to_string(num_sms) +
                            " SMs' share; the sm80 backward splits such blocks");
   }
@@ -225,28 +226,21 @@ struct BwdPlanDetail {
 };
 
 Status plan_backward(const BwdParams& p, Plan* plan) {
-  if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
-    return bwd_unsupported(std::string("dtype ") + to_string(p.dtype) +
-                           " is not supported: the tensor-core kernels take f16 or bf16");
-  }
+  FLASHATTN_TRY(check_dtype(kBwdWho, p.dtype));
   const BwdInstance* inst = find_bwd_instance(p.hdim_qk, p.hdim_v);
   if (inst == nullptr) {
-    return bwd_unsupported("head dims (hdim_qk = " + std::to_string(p.hdim_qk) + ", hdim_v = " +
+    return refuse(kBwdWho, "head dims (hdim_qk = " + std::to_string(p.hdim_qk) + ", hdim_v = " +
                            std::to_string(p.hdim_v) + ") have no compiled sm90 backward: it takes hdim_qk = hdim_v " +
                            "among this build's \"" + FLASHATTN_SM90_BWD_HEADDIMS_STRING +
                            "\" (FLASHATTN_HEADDIMS, with 90a in FLASHATTN_CUDA_ARCHS)");
   }
-  FLASHATTN_TRY(check_bwd_features(p));
+  FLASHATTN_TRY(check_packed_rows(kBwdWho, p, true));
   if (p.seqlen_q > kMaxSeqlen || p.seqlen_k > kMaxSeqlen || p.batch > INT_MAX || p.heads_q > INT_MAX) {
-    return bwd_unsupported("sequences longer than " + std::to_string(kMaxSeqlen) +
+    return refuse(kBwdWho, "sequences longer than " + std::to_string(kMaxSeqlen) +
                            ", or batch or heads_q above 2^31 - 1, are not supported");
   }
   DeviceInfo dev;
-  FLASHATTN_TRY(device_info(&dev));
-  if (dev.cc_major != 9 || dev.cc_minor != 0) {
-    return bwd_unsupported("needs compute capability 9.0 (sm_90a), the current device has " +
-                           std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor));
-  }
+  FLASHATTN_TRY(check_hopper(kBwdWho, &dev));
   int64_t ctas = 0;
   const int block_n = bwd_block_n(inst->head_dim);
   FLASHATTN_TRY(check_bwd_grid(p, block_n, dev.num_sms, &ctas));
@@ -277,23 +271,10 @@ Status run_backward(const Plan& plan, const BwdParams& p) {
 
 BwdChains bwd_chains(const BwdParams& p, int block_n, int num_sms) {
   BwdChains c;
-  const int64_t num_n = (p.seqlen_k + block_n - 1) / block_n;
-  c.ctas = num_n * p.heads_kv * p.batch;
-  const Mask mask{static_cast<int>(p.seqlen_q), static_cast<int>(p.seqlen_k), clamp_window(p.options.window_left),
-                  clamp_window(p.options.window_right)};
-  if (!mask_of(p.options).has_mask()) {
-    c.longest = (p.seqlen_q + kBwdBlockM - 1) / kBwdBlockM * p.group_size();
-    c.steps = c.longest * num_n;
-  } else {
-    for (int64_t n = 0; n < num_n; ++n) {
-      const int64_t chain =
-          int64_t{mask.m_block_count(static_cast<int>(n) * block_n, block_n, kBwdBlockM)} * p.group_size();
-      c.steps += chain;
-      c.longest = std::max(c.longest, chain);
-    }
-  }
-  c.steps *= p.heads_kv * p.batch;
-  if (c.ctas == 0 || c.steps == 0) c.longest = 0;  // nothing walks (an empty batch; no keys unmasked)
+  c.ctas = (p.seqlen_k + block_n - 1) / block_n * p.heads_kv * p.batch;
+  const sm80::BwdChainSteps counted = sm80::chain_steps(p, block_n, kBwdBlockM);
+  c.steps = counted.steps;
+  c.longest = c.ctas == 0 || c.steps == 0 ? 0 : counted.longest;  // nothing walks (an empty batch; no keys)
   c.chain_bound = c.longest > kBwdShortChain &&
                   static_cast<double>(c.longest) * num_sms > kBwdChainMargin * static_cast<double>(c.steps);
   return c;

@@ -32,7 +32,7 @@ Status select_in_table(const Params& p, std::string_view path, Plan* plan) {
   bool named = false, tried = false;
   for (const Family* f : family_table()) {
     if (!is_auto(path) && path != f->name) continue;
-    if (is_auto(path) && !f->in_auto) continue;
+    if (is_auto(path) && !chosen_by_auto<Params>(*f)) continue;
     named = true;
     if (f->device != p.device) {
       if (!is_auto(path)) {
@@ -42,7 +42,6 @@ Status select_in_table(const Params& p, std::string_view path, Plan* plan) {
       continue;
     }
     const Direction<Params>& d = direction_of<Params>(*f);
-    if (is_auto(path) && !d.in_auto) continue;
     if (d.plan == nullptr) {  // this family does not offer the call at all
       Status none = Status::unsupported("path = \"" + std::string(f->name) + "\" has no " +
                                         direction_name<Params>() + " kernels");

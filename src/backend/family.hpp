@@ -81,6 +81,13 @@ const Direction<Params>& direction_of(const Family& f) {
   }
 }
 
+// Whether path = "auto" may pick this family for the call (both the family and its direction are in
+// "auto"; else only a call naming the family runs it).
+template <class Params>
+bool chosen_by_auto(const Family& f) {
+  return f.in_auto && direction_of<Params>(f).in_auto;
+}
+
 // The call's name in messages ("forward", "backward", "kvcache").
 template <class Params>
 constexpr const char* direction_name() {

@@ -81,7 +81,7 @@ Status plan_forward_route(const KVCacheParams& p, ForwardRoute* route) {
   const FwdParams f = forward_params(p, {plan_only, plan_only + 1, plan_only + 2}, query_rows(p, p.q));
   Status refused = Status::unsupported("cuda decode: no forward family in this build");
   for (const Family* family : {&sm90_family(), &sm80_family()}) {
-    if (!family->in_auto || !family->forward.in_auto || family->forward.plan == nullptr) continue;
+    if (!chosen_by_auto<FwdParams>(*family) || family->forward.plan == nullptr) continue;
     Plan plan;
     refused = family->forward.plan(f, &plan);
     if (!refused.ok()) continue;

@@ -271,6 +271,75 @@ Status normalized_options(const AttentionOptions& o, FwdParams* p) {
   return Status::success();
 }
 
+// A varlen batch: rows from cu_seqlens_q and cu_seqlens_k; k and v packed [total_k, heads_kv, d]
+// or page pools.
+Status varlen_rows(const AttentionArgs& a, bool paged, FwdParams* p) {
+  const Device dev = p->device;
+  if (a.cu_seqlens_q.empty() || a.cu_seqlens_k.empty()) {
+    return Status::invalid(std::string(a.cu_seqlens_q.empty() ? "cu_seqlens_q" : "cu_seqlens_k") +
+                           ": missing; varlen needs both cu_seqlens_q and cu_seqlens_k");
+  }
+  FLASHATTN_TRY(check_view("cu_seqlens_q", a.cu_seqlens_q, 1, DType::i32, dev));
+  FLASHATTN_TRY(check_view("cu_seqlens_k", a.cu_seqlens_k, 1, DType::i32, dev));
+  if (a.cu_seqlens_q.shape[0] < 1) return Status::invalid("cu_seqlens_q: needs batch + 1 >= 1 entries, got 0");
+  if (a.cu_seqlens_k.shape[0] != a.cu_seqlens_q.shape[0]) {
+    Message m;
+    m << "cu_seqlens_k: " << a.cu_seqlens_k.shape[0] << " entries, expected " << a.cu_seqlens_q.shape[0]
+      << " (as cu_seqlens_q)";
+    return Status::invalid(m.str());
+  }
+  if (a.max_seqlen_q < 0) return Status::invalid("max_seqlen_q = " + std::to_string(a.max_seqlen_q) + " is negative");
+  if (a.max_seqlen_k < 0) return Status::invalid("max_seqlen_k = " + std::to_string(a.max_seqlen_k) + " is negative");
+  p->batch = a.cu_seqlens_q.shape[0] - 1;
+  p->seqlen_q = a.max_seqlen_q;
+  p->seqlen_k = a.max_seqlen_k;
+  p->total_q = a.q.shape[0];
+  if (paged) {
+    int64_t capacity = 0;
+    FLASHATTN_TRY(paged_kv_params("k", a.k, "v", a.v, a.block_table, p, &capacity));
+    if (__builtin_mul_overflow(p->num_pages, p->page_size, &p->total_k)) {
+      return Status::invalid("k: shape " + shape_str(a.k) + " holds more than 2^63 rows");
+    }
+  } else {
+    p->total_k = a.k.shape[0];
+    FLASHATTN_TRY(check_shape("k", a.k, {p->total_k, p->heads_kv, p->hdim_qk}, "[total_k, heads_kv, hdim_qk of q]"));
+    FLASHATTN_TRY(check_shape("v", a.v, {p->total_k, p->heads_kv, p->hdim_v}, "[total_k of k, heads_kv of k, hdim_v]"));
+  }
+  p->cu_seqlens_q = static_cast<const int32_t*>(a.cu_seqlens_q.data);
+  p->cu_seqlens_k = static_cast<const int32_t*>(a.cu_seqlens_k.data);
+  if (dev == Device::cpu) {  // host offsets can be checked; device ones are the caller's contract
+    FLASHATTN_TRY(check_cu_seqlens("cu_seqlens_q", a.cu_seqlens_q, a.max_seqlen_q, "max_seqlen_q"));
+    FLASHATTN_TRY(check_cu_seqlens_end("cu_seqlens_q", a.cu_seqlens_q, p->total_q));
+    FLASHATTN_TRY(check_cu_seqlens("cu_seqlens_k", a.cu_seqlens_k, a.max_seqlen_k, "max_seqlen_k"));
+    FLASHATTN_TRY(paged ? check_paged_keys(*p) : check_cu_seqlens_end("cu_seqlens_k", a.cu_seqlens_k, p->total_k));
+  }
+  return Status::success();
+}
+
+// A padded batch: q [batch, seqlen_q, heads_q, d], k and v [batch, seqlen_k, heads_kv, d].
+Status padded_rows(const AttentionArgs& a, FwdParams* p) {
+  p->batch = a.q.shape[0];
+  p->seqlen_q = a.q.shape[1];
+  p->seqlen_k = a.k.shape[1];
+  // Views may broadcast (stride 0), so the sizes alone can exceed what any memory holds: the
+  // row and element counts every backend indexes with must still fit in int64.
+  const int64_t dim = std::max(p->hdim_qk, p->hdim_v);
+  int64_t row_elems = 0, elems = 0;
+  if (__builtin_mul_overflow(p->batch, p->seqlen_q, &p->total_q) ||
+      __builtin_mul_overflow(p->batch, p->seqlen_k, &p->total_k) ||
+      __builtin_mul_overflow(std::max(p->heads_q, p->heads_kv), dim, &row_elems) ||
+      __builtin_mul_overflow(std::max(p->total_q, p->total_k), row_elems, &elems)) {
+    Message m;
+    m << "q: shape " << shape_str(a.q) << " and k: shape " << shape_str(a.k) << " hold more than 2^63 elements";
+    return Status::invalid(m.str());
+  }
+  FLASHATTN_TRY(check_shape("k", a.k, {p->batch, p->seqlen_k, p->heads_kv, p->hdim_qk},
+                            "[batch of q, seqlen_k, heads_kv, hdim_qk of q]"));
+  FLASHATTN_TRY(check_shape("v", a.v, {p->batch, p->seqlen_k, p->heads_kv, p->hdim_v},
+                            "[batch of q, seqlen_k of k, heads_kv of k, hdim_v]"));
+  return Status::success();
+}
+
 // Everything forward and backward share: q, k, v (packed, padded or paged), varlen offsets, options.
 Status common_params(const AttentionArgs& a, FwdParams* p) {
   const bool varlen = !a.cu_seqlens_q.empty() || !a.cu_seqlens_k.empty();
@@ -305,66 +374,7 @@ Status common_params(const AttentionArgs& a, FwdParams* p) {
     p->hdim_v = a.v.shape[o + 2];
   }
 
-  if (varlen) {
-    if (a.cu_seqlens_q.empty() || a.cu_seqlens_k.empty()) {
-      return Status::invalid(std::string(a.cu_seqlens_q.empty() ? "cu_seqlens_q" : "cu_seqlens_k") +
-                             ": missing; varlen needs both cu_seqlens_q and cu_seqlens_k");
-    }
-    FLASHATTN_TRY(check_view("cu_seqlens_q", a.cu_seqlens_q, 1, DType::i32, dev));
-    FLASHATTN_TRY(check_view("cu_seqlens_k", a.cu_seqlens_k, 1, DType::i32, dev));
-    if (a.cu_seqlens_q.shape[0] < 1) return Status::invalid("cu_seqlens_q: needs batch + 1 >= 1 entries, got 0");
-    if (a.cu_seqlens_k.shape[0] != a.cu_seqlens_q.shape[0]) {
-      Message m;
-      m << "cu_seqlens_k: " << a.cu_seqlens_k.shape[0] << " entries, expected " << a.cu_seqlens_q.shape[0]
-        << " (as cu_seqlens_q)";
-      return Status::invalid(m.str());
-    }
-    if (a.max_seqlen_q < 0) return Status::invalid("max_seqlen_q = " + std::to_string(a.max_seqlen_q) + " is negative");
-    if (a.max_seqlen_k < 0) return Status::invalid("max_seqlen_k = " + std::to_string(a.max_seqlen_k) + " is negative");
-    p->batch = a.cu_seqlens_q.shape[0] - 1;
-    p->seqlen_q = a.max_seqlen_q;
-    p->seqlen_k = a.max_seqlen_k;
-    p->total_q = a.q.shape[0];
-    if (paged) {
-      int64_t capacity = 0;
-      FLASHATTN_TRY(paged_kv_params("k", a.k, "v", a.v, a.block_table, p, &capacity));
-      if (__builtin_mul_overflow(p->num_pages, p->page_size, &p->total_k)) {
-        return Status::invalid("k: shape " + shape_str(a.k) + " holds more than 2^63 rows");
-      }
-    } else {
-      p->total_k = a.k.shape[0];
-      FLASHATTN_TRY(check_shape("k", a.k, {p->total_k, p->heads_kv, p->hdim_qk}, "[total_k, heads_kv, hdim_qk of q]"));
-      FLASHATTN_TRY(check_shape("v", a.v, {p->total_k, p->heads_kv, p->hdim_v}, "[total_k of k, heads_kv of k, hdim_v]"));
-    }
-    p->cu_seqlens_q = static_cast<const int32_t*>(a.cu_seqlens_q.data);
-    p->cu_seqlens_k = static_cast<const int32_t*>(a.cu_seqlens_k.data);
-    if (dev == Device::cpu) {  // host offsets can be checked; device ones are the caller's contract
-      FLASHATTN_TRY(check_cu_seqlens("cu_seqlens_q", a.cu_seqlens_q, a.max_seqlen_q, "max_seqlen_q"));
-      FLASHATTN_TRY(check_cu_seqlens_end("cu_seqlens_q", a.cu_seqlens_q, p->total_q));
-      FLASHATTN_TRY(check_cu_seqlens("cu_seqlens_k", a.cu_seqlens_k, a.max_seqlen_k, "max_seqlen_k"));
-      FLASHATTN_TRY(paged ? check_paged_keys(*p) : check_cu_seqlens_end("cu_seqlens_k", a.cu_seqlens_k, p->total_k));
-    }
-  } else {
-    p->batch = a.q.shape[0];
-    p->seqlen_q = a.q.shape[1];
-    p->seqlen_k = a.k.shape[1];
-    // Views may broadcast (stride 0), so the sizes alone can exceed what any memory holds: the
-    // row and element counts every backend indexes with must still fit in int64.
-    const int64_t dim = std::max(p->hdim_qk, p->hdim_v);
-    int64_t row_elems = 0, elems = 0;
-    if (__builtin_mul_overflow(p->batch, p->seqlen_q, &p->total_q) ||
-        __builtin_mul_overflow(p->batch, p->seqlen_k, &p->total_k) ||
-        __builtin_mul_overflow(std::max(p->heads_q, p->heads_kv), dim, &row_elems) ||
-        __builtin_mul_overflow(std::max(p->total_q, p->total_k), row_elems, &elems)) {
-      Message m;
-      m << "q: shape " << shape_str(a.q) << " and k: shape " << shape_str(a.k) << " hold more than 2^63 elements";
-      return Status::invalid(m.str());
-    }
-    FLASHATTN_TRY(check_shape("k", a.k, {p->batch, p->seqlen_k, p->heads_kv, p->hdim_qk},
-                       "[batch of q, seqlen_k, heads_kv, hdim_qk of q]"));
-    FLASHATTN_TRY(check_shape("v", a.v, {p->batch, p->seqlen_k, p->heads_kv, p->hdim_v},
-                       "[batch of q, seqlen_k of k, heads_kv of k, hdim_v]"));
-  }
+  FLASHATTN_TRY(varlen ? varlen_rows(a, paged, p) : padded_rows(a, p));
 
   FLASHATTN_TRY(check_head_dim("hdim_qk (last dimension of q, k)", p->hdim_qk));
   FLASHATTN_TRY(check_head_dim("hdim_v (last dimension of v)", p->hdim_v));

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <optional>
 
 #include "check.hpp"
 #include "config.hpp"
@@ -78,9 +79,8 @@ std::size_t tensors_bytes_estimate(const Layout& l, const RunConfig& c) {
   return static_cast<std::size_t>(n);
 }
 
-}  // namespace
-
-int run_command(const std::vector<std::string>& args) {
+// The options read into *c; an exit code where the command ends here (--help, a bad option).
+std::optional<int> read_config(const std::vector<std::string>& args, RunConfig* c) {
   Options options;
   std::string error;
   if (!parse_options(Command::run, args, &options, &error)) {
@@ -93,16 +93,71 @@ int run_command(const std::vector<std::string>& args) {
     std::fputs(run_usage().c_str(), stdout);
     return kExitOk;
   }
-  RunConfig c;
-  if (!resolve(options, &c, &error)) {
+  if (!resolve(options, c, &error)) {
     print_error(options.json, kExitBadOptions, error);
     return kExitBadOptions;
   }
-  if (c.threads > 0) omp_set_num_threads(static_cast<int>(c.threads));
-  c.threads = omp_get_max_threads();  // what the cpu backend and the check will use
-  if (c.deterministic && !c.backward && !c.quiet) {
+  if (c->threads > 0) omp_set_num_threads(static_cast<int>(c->threads));
+  c->threads = omp_get_max_threads();  // what the cpu backend and the check will use
+  if (c->deterministic && !c->backward && !c->quiet) {
     std::fprintf(stderr, "flashattn run: note: --deterministic applies to --backward only\n");
   }
+  return std::nullopt;
+}
+
+// Asks the library first: a configuration it rejects is a bad option (exit 2), with its message.
+// Then allocates the workspace of the larger of the two calls.
+std::optional<int> plan_workspace(const Layout& layout, const RunConfig& c, Tensors* run_on, void* stream) {
+  Status s = flashattn::supports(forward_args(layout, c, *run_on, stream));
+  if (!s.ok()) return fail(c, s, "forward");
+  std::size_t ws_fwd = 0, ws_bwd = 0;
+  flashattn::forward_workspace_size(forward_args(layout, c, *run_on, stream), &ws_fwd);
+  if (c.backward) {
+    s = flashattn::supports(backward_args(layout, c, *run_on, stream));
+    if (!s.ok()) return fail(c, s, "backward");
+    flashattn::backward_workspace_size(backward_args(layout, c, *run_on, stream), &ws_bwd);
+  }
+  if (std::string error = run_on->workspace.allocate(c.device, std::max(ws_fwd, ws_bwd)); !error.empty()) {
+    if (c.device == Device::cuda) return fail_cuda(c, error);
+    print_error(c.json, kExitRunFailed, error);
+    return kExitRunFailed;
+  }
+  return std::nullopt;
+}
+
+// Memory just before the calls: resident (cpu) or device-wide (cuda); the device's work so far done.
+std::optional<int> memory_before_calls(const RunConfig& c, void* stream, MemoryReport* mem) {
+  if (c.device == Device::cuda) {
+    if (std::string error = gpu::synchronize(stream); !error.empty()) return fail_cuda(c, error);
+    std::size_t free_b = 0, total_b = 0;
+    if (gpu::mem_info(&free_b, &total_b).empty()) {
+      mem->device_total = static_cast<int64_t>(total_b);
+      mem->device_used_before = static_cast<int64_t>(total_b - free_b);
+    }
+  } else {
+    mem->peak_covers_lifetime = !reset_peak_rss();
+    mem->rss_before = current_rss_bytes();
+  }
+  return std::nullopt;
+}
+
+// Memory after the calls: device-wide (cuda), or the resident peak during them (cpu).
+void memory_after_calls(const RunConfig& c, MemoryReport* mem) {
+  if (c.device == Device::cuda) {
+    std::size_t free_b = 0, total_b = 0;
+    if (gpu::mem_info(&free_b, &total_b).empty()) mem->device_used_after = static_cast<int64_t>(total_b - free_b);
+  } else {
+    mem->peak_rss = peak_rss_bytes();
+    if (mem->peak_rss >= 0 && mem->rss_before >= 0) mem->extra = std::max<int64_t>(0, mem->peak_rss - mem->rss_before);
+  }
+}
+
+}  // namespace
+
+int run_command(const std::vector<std::string>& args) {
+  RunConfig c;
+  if (std::optional<int> done = read_config(args, &c)) return *done;
+  std::string error;
 
   const Layout layout = make_layout(c);
   if (!fits_in_host_memory(tensors_bytes_estimate(layout, c), &error)) {
@@ -135,19 +190,7 @@ int run_command(const std::vector<std::string>& args) {
   }
   Tensors& run_on = c.device == Device::cuda ? device : host;
 
-  // Ask the library first: a configuration it rejects is a bad option (exit 2), with its message.
-  Status s = flashattn::supports(forward_args(layout, c, run_on, stream));
-  if (!s.ok()) return fail(c, s, "forward");
-  std::size_t ws_fwd = 0, ws_bwd = 0;
-  flashattn::forward_workspace_size(forward_args(layout, c, run_on, stream), &ws_fwd);
-  if (c.backward) {
-    s = flashattn::supports(backward_args(layout, c, run_on, stream));
-    if (!s.ok()) return fail(c, s, "backward");
-    flashattn::backward_workspace_size(backward_args(layout, c, run_on, stream), &ws_bwd);
-  }
-  if (error = run_on.workspace.allocate(c.device, std::max(ws_fwd, ws_bwd)); !error.empty()) {
-    return c.device == Device::cuda ? fail_cuda(c, error) : (print_error(c.json, kExitRunFailed, error), kExitRunFailed);
-  }
+  if (std::optional<int> done = plan_workspace(layout, c, &run_on, stream)) return *done;
   const flashattn::ForwardArgs fwd = forward_args(layout, c, run_on, stream);
   const flashattn::BackwardArgs bwd = backward_args(layout, c, run_on, stream);
 
@@ -164,24 +207,13 @@ int run_command(const std::vector<std::string>& args) {
   report.memory.naive_scores_bytes = score_entries(layout) * 4.0;
 
   // The backward needs out and lse: one untimed forward makes them (and is checked too).
+  Status s;
   if (c.backward) {
     if (s = poison_outputs(&run_on, false, stream); !s.ok()) return fail(c, s, "forward");
     if (s = flashattn::forward(fwd); !s.ok()) return fail(c, s, "forward");
   }
 
-  // Memory: resident (cpu) or device-wide (cuda) just before the calls, and its peak during them.
-  MemoryReport& mem = report.memory;
-  std::size_t free_b = 0, total_b = 0;
-  if (c.device == Device::cuda) {
-    if (error = gpu::synchronize(stream); !error.empty()) return fail_cuda(c, error);
-    if (gpu::mem_info(&free_b, &total_b).empty()) {
-      mem.device_total = static_cast<int64_t>(total_b);
-      mem.device_used_before = static_cast<int64_t>(total_b - free_b);
-    }
-  } else {
-    mem.peak_covers_lifetime = !reset_peak_rss();
-    mem.rss_before = current_rss_bytes();
-  }
+  if (std::optional<int> done = memory_before_calls(c, stream, &report.memory)) return *done;
 
   const std::function<Status()> call = c.backward ? std::function<Status()>([&] { return flashattn::backward(bwd); })
                                                   : std::function<Status()>([&] { return flashattn::forward(fwd); });
@@ -201,12 +233,9 @@ int run_command(const std::vector<std::string>& args) {
     return fail(c, s, c.backward ? "backward" : "forward");
   }
 
+  memory_after_calls(c, &report.memory);
   if (c.device == Device::cuda) {
-    if (gpu::mem_info(&free_b, &total_b).empty()) mem.device_used_after = static_cast<int64_t>(total_b - free_b);
     if (error = copy_outputs(device, &host, c.backward); !error.empty()) return fail_cuda(c, error);
-  } else {
-    mem.peak_rss = peak_rss_bytes();
-    if (mem.peak_rss >= 0 && mem.rss_before >= 0) mem.extra = std::max<int64_t>(0, mem.peak_rss - mem.rss_before);
   }
 
   if (!hashes.empty()) {

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "support/check.hpp"
 
@@ -234,6 +236,36 @@ TEST(ErrorRule, UnitBehaviour) {
   EXPECT_TRUE(reference::check_error_rule({1.0, -2.0, 9.0, 9.0}, same, ref, {0}, 2, DType::bf16, 0.0).ok);
   EXPECT_NEAR(reference::default_atol(DType::bf16, 1.7), 2 * std::ldexp(1.0, -8) * 2.0, 1e-15);
   EXPECT_NEAR(reference::default_atol(DType::f32, 0.7), 16 * std::ldexp(1.0, -24), 1e-20);
+}
+
+// A failing check says where: how many elements in which rows, and per head the failing columns
+// (a defect in one warp's columns or one head shows as such a pattern).
+TEST(ErrorRule, FailuresAreLocated) {
+  const int64_t rows_n = 6, heads = 3, dim = 8, width = heads * dim;
+  std::vector<double> ref(static_cast<size_t>(rows_n * width));
+  for (size_t i = 0; i < ref.size(); ++i) ref[i] = std::sin(0.37 * static_cast<double>(i));
+  std::vector<double> got = ref;
+  for (int64_t r = 2; r <= 4; ++r) {
+    for (int64_t c = 3; c <= 5; ++c) got[static_cast<size_t>(r * width + 1 * dim + c)] += 0.5;  // head 1, cols 3-5
+  }
+  got[static_cast<size_t>(3 * width + 2 * dim + 7)] = std::nan("");                             // head 2, col 7
+  got[static_cast<size_t>(5 * width + 1 * dim + 0)] += 0.5;                                     // not a listed row
+  const std::vector<int64_t> rows{0, 1, 2, 3, 4};
+  const auto r = reference::check_error_rule(got, ref, ref, rows, width, DType::bf16, 0.0);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.failing, 10);
+  EXPECT_EQ(r.failing_rows, 3);
+  EXPECT_EQ(r.first_failing_row, 2);
+  EXPECT_EQ(r.last_failing_row, 4);
+  const std::string d = r.describe(dim);
+  EXPECT_NE(d.find("failing: 10 elements in 3 of the checked rows (packed rows 2..4), head 1 cols 3-5; head 2 cols 7"),
+            std::string::npos)
+      << d;
+  // A passing check counts nothing and says nothing of it.
+  const auto ok = reference::check_error_rule(ref, ref, ref, rows, width, DType::bf16, 0.0);
+  EXPECT_TRUE(ok.ok);
+  EXPECT_EQ(ok.failing, 0);
+  EXPECT_EQ(ok.describe(dim).find("failing"), std::string::npos);
 }
 
 }  // namespace

@@ -233,74 +233,89 @@ void forward_impl(const Problem<T>& P, const std::vector<int64_t>& rows, Forward
   r->out_terms = out_terms;
 }
 
-// The backward: pass 1 recomputes lse and D = rowsum(dO∘O) of every query row; then dq of the
-// sampled query rows (a row of S each) and dk, dv of the sampled key rows (a column of S each).
+// Pass 1 of the backward: lse and D = rowsum(dO∘O) of every (query row, head), row·heads_q + h.
+// D_terms = Σ|dO∘O| (float32's cancellation in dP − D) + the expected error of D from O stored in
+// the dtype, √Σ(dO∘O)² · u/u₃₂ (the backward is given O rounded; its rounding reaches dS through
+// D, amplified where dP − D cancels: few visible keys), both in units of u₃₂ / kCancellationUlps.
 template <class T>
-void backward_impl(const Problem<T>& P, const std::vector<int64_t>& q_rows, const std::vector<int64_t>& k_rows,
-                   BackwardResult* r) {
+struct RowStatistics {
+  std::vector<T> lse, D, D_terms;
+};
+
+template <class T>
+RowStatistics<T> row_statistics(const Problem<T>& P) {
   const Layout& L = P.L;
-  const int64_t Hq = L.heads_q, dqk = L.hdim_qk, dv = L.hdim_v;
+  const int64_t Hq = L.heads_q, dv = L.hdim_v;
   const size_t nqh = static_cast<size_t>(L.total_q * Hq);
-  // D_terms = Σ|dO∘O| (float32's cancellation in dP − D) + the expected error of D from O stored in
-  // the dtype, √Σ(dO∘O)² · u/u₃₂ (the backward is given O rounded; its rounding reaches dS through
-  // D, amplified where dP − D cancels: few visible keys), both in units of u₃₂ / kCancellationUlps.
-  std::vector<T> lse(nqh, T(0)), D(nqh, T(0)), D_terms(nqh, T(0));
+  RowStatistics<T> st{std::vector<T>(nqh, T(0)), std::vector<T>(nqh, T(0)), std::vector<T>(nqh, T(0))};
   const double dtype_rounding = unit_roundoff(P.dtype) / unit_roundoff(DType::f32) / kCancellationUlps;
   const std::vector<int64_t> all_q = rows_to_compute(nullptr, L.total_q, true, L);
-  const int64_t n1 = static_cast<int64_t>(all_q.size()) * Hq;
+  const int64_t n = static_cast<int64_t>(all_q.size()) * Hq;
 #pragma omp parallel
   {
     std::vector<T> s, out(static_cast<size_t>(dv));
 #pragma omp for schedule(dynamic, 4)
-    for (int64_t w = 0; w < n1; ++w) {
+    for (int64_t w = 0; w < n; ++w) {
       const int64_t row = all_q[w / Hq], h = w % Hq;
       const Sequence& seq = L.seqs[L.seq_of_q_row(row)];
-      forward_row(P, seq, row - seq.q_begin, h, s, out.data(), &lse[row * Hq + h]);
-      D[row * Hq + h] = dot(P.do_row(row, h), out.data(), dv);
+      forward_row(P, seq, row - seq.q_begin, h, s, out.data(), &st.lse[row * Hq + h]);
+      st.D[row * Hq + h] = dot(P.do_row(row, h), out.data(), dv);
       if constexpr (std::is_same_v<T, double>) {
-        D_terms[row * Hq + h] =
-            abs_dot(P.do_row(row, h), out.data(), dv) + dtype_rounding * std::sqrt(square_dot(P.do_row(row, h), out.data(), dv));
+        st.D_terms[row * Hq + h] = abs_dot(P.do_row(row, h), out.data(), dv) +
+                                   dtype_rounding * std::sqrt(square_dot(P.do_row(row, h), out.data(), dv));
       }
     }
   }
+  return st;
+}
 
-  // dS of (query row, head h) and key column j of `seq`, and P; false where masked. *ds_terms:
-  // P·(Σ|dO∘v| + Σ|dO∘O|)·|slope|, the size of dS's cancelling parts.
-  auto grad_entry = [&](const Sequence& seq, int64_t i, int64_t h, int64_t j, T* p, T* ds, T* ds_terms) {
-    int64_t lo, hi;
-    key_range(seq, i, P.mask, &lo, &hi);
-    if (j < lo || j > hi) return false;
-    const int64_t qrow = seq.q_begin + i, krow = seq.k_begin + j, hk = P.kv_head(h);
-    T slope;
-    const T x = P.score(P.q_row(qrow, h), P.k_row(krow, hk), &slope);
-    *p = P.rnd(std::exp(x - lse[qrow * Hq + h]));
-    const T dp = dot(P.do_row(qrow, h), P.v_row(krow, hk), dv);
-    *ds = P.rnd(*p * (dp - D[qrow * Hq + h]) * slope);
-    if (ds_terms != nullptr) {  // and P's own error, from the rounding of its exponent
-      const T exponent = std::abs(P.scores.scale) * abs_dot(P.q_row(qrow, h), P.k_row(krow, hk), L.hdim_qk) +
-                         std::abs(lse[qrow * Hq + h]) + 1;
-      *ds_terms = *p * (abs_dot(P.do_row(qrow, h), P.v_row(krow, hk), dv) + D_terms[qrow * Hq + h] +
-                        std::abs(dp - D[qrow * Hq + h]) * exponent) * std::abs(slope);
-    }
-    return true;
-  };
+// dS of (query row i of `seq`, head h) and key column j, and P; false where masked. *ds_terms:
+// P·(Σ|dO∘v| + Σ|dO∘O|)·|slope|, the size of dS's cancelling parts.
+template <class T>
+bool grad_entry(const Problem<T>& P, const RowStatistics<T>& st, const Sequence& seq, int64_t i, int64_t h,
+                int64_t j, T* p, T* ds, T* ds_terms) {
+  int64_t lo, hi;
+  key_range(seq, i, P.mask, &lo, &hi);
+  if (j < lo || j > hi) return false;
+  const int64_t Hq = P.L.heads_q, dv = P.L.hdim_v;
+  const int64_t qrow = seq.q_begin + i, krow = seq.k_begin + j, hk = P.kv_head(h);
+  const T lse = st.lse[qrow * Hq + h], D = st.D[qrow * Hq + h];
+  T slope;
+  const T x = P.score(P.q_row(qrow, h), P.k_row(krow, hk), &slope);
+  *p = P.rnd(std::exp(x - lse));
+  const T dp = dot(P.do_row(qrow, h), P.v_row(krow, hk), dv);
+  *ds = P.rnd(*p * (dp - D) * slope);
+  if (ds_terms != nullptr) {  // and P's own error, from the rounding of its exponent
+    const T exponent = std::abs(P.scores.scale) * abs_dot(P.q_row(qrow, h), P.k_row(krow, hk), P.L.hdim_qk) +
+                       std::abs(lse) + 1;
+    *ds_terms = *p * (abs_dot(P.do_row(qrow, h), P.v_row(krow, hk), dv) + st.D_terms[qrow * Hq + h] +
+                      std::abs(dp - D) * exponent) * std::abs(slope);
+  }
+  return true;
+}
 
-  // The *_terms of BackwardResult: only the float64 run computes them.
+// dq of the sampled query rows, a row of S each; returns dq_terms (only the float64 run computes
+// the *_terms of BackwardResult).
+template <class T>
+double dq_of_rows(const Problem<T>& P, const RowStatistics<T>& st, const std::vector<int64_t>& q_rows,
+                  BackwardResult* r) {
   constexpr bool kTerms = std::is_same_v<T, double>;
-  double dq_terms = 0, dk_terms = 0, dv_terms = 0;
-  const int64_t n2 = static_cast<int64_t>(q_rows.size()) * Hq;
+  const Layout& L = P.L;
+  const int64_t Hq = L.heads_q, dqk = L.hdim_qk;
+  double dq_terms = 0;
+  const int64_t n = static_cast<int64_t>(q_rows.size()) * Hq;
 #pragma omp parallel reduction(max : dq_terms)
   {
     std::vector<T> acc(static_cast<size_t>(dqk)), terms(static_cast<size_t>(dqk));
 #pragma omp for schedule(dynamic, 4)
-    for (int64_t w = 0; w < n2; ++w) {
+    for (int64_t w = 0; w < n; ++w) {
       const int64_t row = q_rows[w / Hq], h = w % Hq;
       const Sequence& seq = L.seqs[L.seq_of_q_row(row)];
       std::fill(acc.begin(), acc.end(), T(0));
       std::fill(terms.begin(), terms.end(), T(0));
       for (int64_t j = 0; j < seq.k_len; ++j) {
         T p, ds, ds_terms;
-        if (!grad_entry(seq, row - seq.q_begin, h, j, &p, &ds, kTerms ? &ds_terms : nullptr)) continue;
+        if (!grad_entry(P, st, seq, row - seq.q_begin, h, j, &p, &ds, kTerms ? &ds_terms : nullptr)) continue;
         const T* kr = P.k_row(seq.k_begin + j, P.kv_head(h));
         for (int64_t d = 0; d < dqk; ++d) acc[d] += ds * kr[d];
         if constexpr (kTerms) {
@@ -312,15 +327,26 @@ void backward_impl(const Problem<T>& P, const std::vector<int64_t>& q_rows, cons
       for (int64_t d = 0; d < dqk; ++d) dq_terms = std::max<double>(dq_terms, terms[d] * std::abs(P.scores.scale));
     }
   }
+  return dq_terms;
+}
 
-  const int64_t Hkv = L.heads_kv, group = Hq / Hkv;
-  const int64_t n3 = static_cast<int64_t>(k_rows.size()) * Hkv;
+// dk and dv of the sampled key rows, a column of S each over the kv head's query heads; sets
+// dk_terms and dv_terms.
+template <class T>
+void dk_dv_of_rows(const Problem<T>& P, const RowStatistics<T>& st, const std::vector<int64_t>& k_rows,
+                   BackwardResult* r) {
+  constexpr bool kTerms = std::is_same_v<T, double>;
+  const Layout& L = P.L;
+  const int64_t dqk = L.hdim_qk, dv = L.hdim_v;
+  const int64_t Hkv = L.heads_kv, group = L.heads_q / Hkv;
+  double dk_terms = 0, dv_terms = 0;
+  const int64_t n = static_cast<int64_t>(k_rows.size()) * Hkv;
 #pragma omp parallel reduction(max : dk_terms, dv_terms)
   {
     std::vector<T> acc_k(static_cast<size_t>(dqk)), acc_v(static_cast<size_t>(dv));
     std::vector<T> terms_k(static_cast<size_t>(dqk)), terms_v(static_cast<size_t>(dv));
 #pragma omp for schedule(dynamic, 4)
-    for (int64_t w = 0; w < n3; ++w) {
+    for (int64_t w = 0; w < n; ++w) {
       const int64_t krow = k_rows[w / Hkv], hk = w % Hkv;
       const Sequence& seq = L.seqs[L.seq_of_k_row(krow)];
       std::fill(acc_k.begin(), acc_k.end(), T(0));
@@ -330,7 +356,7 @@ void backward_impl(const Problem<T>& P, const std::vector<int64_t>& q_rows, cons
       for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         for (int64_t i = 0; i < seq.q_len; ++i) {
           T p, ds, ds_terms;
-          if (!grad_entry(seq, i, h, krow - seq.k_begin, &p, &ds, kTerms ? &ds_terms : nullptr)) continue;
+          if (!grad_entry(P, st, seq, i, h, krow - seq.k_begin, &p, &ds, kTerms ? &ds_terms : nullptr)) continue;
           const T* qr = P.q_row(seq.q_begin + i, h);
           const T* dor = P.do_row(seq.q_begin + i, h);
           for (int64_t d = 0; d < dqk; ++d) acc_k[d] += ds * qr[d];
@@ -349,9 +375,18 @@ void backward_impl(const Problem<T>& P, const std::vector<int64_t>& q_rows, cons
       for (int64_t d = 0; d < dv; ++d) dv_terms = std::max<double>(dv_terms, terms_v[d]);
     }
   }
-  r->dq_terms = dq_terms;
   r->dk_terms = dk_terms;
   r->dv_terms = dv_terms;
+}
+
+// The backward: pass 1 recomputes lse and D of every query row; then dq of the sampled query rows
+// and dk, dv of the sampled key rows.
+template <class T>
+void backward_impl(const Problem<T>& P, const std::vector<int64_t>& q_rows, const std::vector<int64_t>& k_rows,
+                   BackwardResult* r) {
+  const RowStatistics<T> st = row_statistics(P);
+  r->dq_terms = dq_of_rows(P, st, q_rows, r);
+  dk_dv_of_rows(P, st, k_rows, r);
 }
 
 std::vector<double> read_rows(const FwdParams& p, const RowsDesc& t) {
@@ -645,6 +680,51 @@ double default_atol(DType dtype, double max_abs_ref) {
   return ulps * unit_roundoff(dtype) * (max_abs_ref + 0.3);
 }
 
+namespace {
+
+// The elements that break the rule, once the bound is known (ErrorReport's failing_* fields).
+void locate_failures(const std::vector<double>& got, const std::vector<double>& ref, const std::vector<int64_t>& rows,
+                     int64_t width, ErrorReport* e) {
+  e->failing_per_col.assign(static_cast<size_t>(width), 0);
+  for (int64_t row : rows) {
+    int64_t in_row = 0;
+    for (int64_t c = 0; c < width; ++c) {
+      const size_t idx = static_cast<size_t>(row * width + c);
+      const double g = got[idx], x = ref[idx];
+      const bool fails = std::isnan(x) || std::isnan(g) ? std::isnan(x) != std::isnan(g)
+                                                        : g != x && !(std::abs(g - x) <= e->bound);
+      if (!fails) continue;
+      ++in_row;
+      ++e->failing_per_col[static_cast<size_t>(c)];
+    }
+    if (in_row == 0) continue;
+    e->failing += in_row;
+    ++e->failing_rows;
+    if (e->first_failing_row < 0) e->first_failing_row = row;
+    e->last_failing_row = row;
+  }
+}
+
+// "cols 0-63, 96-127" of the columns of head h (of width dim) in which some element fails.
+std::string failing_columns(const std::vector<int64_t>& per_col, int64_t h, int64_t dim) {
+  std::ostringstream m;
+  int64_t run_start = -1;
+  bool first = true;
+  for (int64_t c = 0; c <= dim; ++c) {
+    const bool fails = c < dim && per_col[static_cast<size_t>(h * dim + c)] > 0;
+    if (fails && run_start < 0) run_start = c;
+    if (!fails && run_start >= 0) {
+      m << (first ? "" : ", ") << run_start;
+      if (c - 1 > run_start) m << "-" << c - 1;
+      first = false;
+      run_start = -1;
+    }
+  }
+  return m.str();
+}
+
+}  // namespace
+
 ErrorReport check_error_rule(const std::vector<double>& got, const std::vector<double>& same,
                              const std::vector<double>& ref, const std::vector<int64_t>& rows, int64_t width,
                              DType dtype, double atol, double terms) {
@@ -682,6 +762,7 @@ ErrorReport check_error_rule(const std::vector<double>& got, const std::vector<d
   }
   e.bound = 2 * e.same_error + e.atol;
   e.ok = e.nan_mismatches == 0 && e.max_error <= e.bound;
+  if (!e.ok) locate_failures(got, ref, rows, width, &e);
   return e;
 }
 
@@ -695,6 +776,17 @@ std::string ErrorReport::describe(int64_t dim) const {
       << ": got " << worst_got << ", ref " << worst_ref;
   }
   if (nan_mismatches > 0) m << "; " << nan_mismatches << " NaN mismatches (first reported above)";
+  if (failing > 0 && dim > 0) {
+    m << "; failing: " << failing << " elements in " << failing_rows << " of the checked rows (packed rows "
+      << first_failing_row << ".." << last_failing_row << ")";
+    const int64_t heads = static_cast<int64_t>(failing_per_col.size()) / dim;
+    int64_t listed = 0;
+    for (int64_t h = 0; h < heads && listed < 8; ++h) {
+      const std::string cols = failing_columns(failing_per_col, h, dim);
+      if (cols.empty()) continue;
+      m << (listed++ == 0 ? ", head " : "; head ") << h << " cols " << cols;
+    }
+  }
   return m.str();
 }
 

@@ -144,6 +144,11 @@ struct ErrorReport {
   double worst_got = 0, worst_ref = 0;
   int64_t nan_mismatches = 0;  // elements where exactly one of got, ref is NaN
   int64_t checked = 0;         // elements compared
+  // Where the rule fails (counted only then): elements over the bound or NaN-mismatched, the rows
+  // they lie in (first and last of the listed rows) and, per column of [width], how many. A kernel
+  // defect tends to show as a pattern here (one head, a column range, rows from some block on).
+  int64_t failing = 0, failing_rows = 0, first_failing_row = -1, last_failing_row = -1;
+  std::vector<int64_t> failing_per_col;
   std::string describe(int64_t dim) const;  // "max error 1.2e-3 at row 5, head 1, col 7 (...)"
 };
 double default_atol(DType dtype, double max_abs_ref);

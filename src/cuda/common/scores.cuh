@@ -92,7 +92,7 @@ __device__ __forceinline__ void transform_scores(float (&s)[kMTiles][kNTiles][4]
 // dK and dQ at the end; the soft cap's, 1 − tanh², varies per score, so the backward keeps the
 // scores (not P) to compute it and recomputes P from them (all such modes have exp_mult = 1). The
 // kernels specialize on this at compile time, so that constant-slope runs pay nothing for it.
-inline bool score_slope_varies(const ScoreTransform& t) { return t.mode == ScoreMode::softcap; }
+__host__ __device__ inline bool score_slope_varies(const ScoreTransform& t) { return t.mode == ScoreMode::softcap; }
 
 // The varying slope (where score_slope_varies) at a log2-domain score x as the kernels keep it: the
 // soft cap's x = cap·log2(e)·tanh(u) gives tanh(u) = x·inv_cap_log2 and slope 1 − tanh²(u); masked
@@ -105,6 +105,18 @@ struct ScoreSlope {
     return fmaf(-th, th, 1.f);
   }
 };
+
+// A raw score through a transform whose slope varies (score_slope_varies), with that slope, in one
+// pass: for a backward that holds S and dP in registers together (sm90), where ScoreSlope would
+// recompute the slope from the kept score. x is log2-domain, as transform_scores leaves it.
+struct SlopedScore {
+  float x, slope;
+};
+
+__device__ __forceinline__ SlopedScore sloped_score(float s, const ScoreTransform& t) {
+  const float th = tanh_accurate(s * t.in_mult);
+  return {t.out_mult * th, fmaf(-th, th, 1.f)};
+}
 
 inline ScoreSlope make_score_slope(const ScoreTransform& t) {
   ScoreSlope slope;

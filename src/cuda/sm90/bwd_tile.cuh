@@ -196,15 +196,16 @@ struct BwdScoreTile {
   }
 
   // Sᵀ and dPᵀ issued (two wgmma groups, Sᵀ first) → Pᵀ in place of Sᵀ and dSᵀ in place of dPᵀ: P
-  // while dPᵀ's product still runs; with a soft cap both in one pass once both are done.
+  // while dPᵀ's product still runs; where the score transform's slope varies, both in one pass once
+  // both are done.
   template <int kFloats>
   __device__ __forceinline__ void gradients_of_scores(float (&s)[kFloats], float (&dp)[kFloats],
                                                       const ScoreTransform& sc, float mult) const {
-    if (sc.mode == ScoreMode::softcap) {
+    if (score_slope_varies(sc)) {
       ptx::wgmma_wait<0>();
       ptx::wgmma_fence_operand(s);
       ptx::wgmma_fence_operand(dp);
-      softcapped(s, dp, sc);
+      with_varying_slope(s, dp, sc);
     } else {
       ptx::wgmma_wait<1>();
       ptx::wgmma_fence_operand(s);
@@ -215,22 +216,22 @@ struct BwdScoreTile {
     }
   }
 
-  // The soft cap (common/scores.cuh): x = cap·log2e·tanh(S·scale / cap), Pᵀ = exp2(x − LSE·log2e)
-  // in place of Sᵀ and dSᵀ = Pᵀ∘(dPᵀ − D)·(1 − tanh²) in place of dPᵀ, in one pass once both
-  // products are done (the slope is taken from the tanh P is made of; the scale is applied to dK and
-  // dQ at the end, as for plain scores).
+  // A transform whose slope varies (common/scores.cuh's sloped_score): Pᵀ = exp2(x − LSE·log2e) in
+  // place of Sᵀ and dSᵀ = Pᵀ∘(dPᵀ − D)·slope in place of dPᵀ, in one pass once both products are
+  // done (the slope from the same transform P is made of; the scale is applied to dK and dQ at the
+  // end, as for plain scores).
   template <int kFloats>
-  __device__ __forceinline__ void softcapped(float (&s)[kFloats], float (&dp)[kFloats],
-                                             const ScoreTransform& sc) const {
+  __device__ __forceinline__ void with_varying_slope(float (&s)[kFloats], float (&dp)[kFloats],
+                                                     const ScoreTransform& sc) const {
 #pragma unroll
     for (int j = 0; j < kFloats / 4; ++j) {
       const float2 l = pair(lse, j), d = pair(dsum, j);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float th = tanh_accurate(s[4 * j + e] * sc.in_mult);
-        const float pr = ptx::exp2_approx(masked_score(fmaf(sc.out_mult, th, -(e & 1 ? l.y : l.x)), j, e));
+        const SlopedScore t = sloped_score(s[4 * j + e], sc);
+        const float pr = ptx::exp2_approx(masked_score(t.x - (e & 1 ? l.y : l.x), j, e));
         s[4 * j + e] = pr;
-        dp[4 * j + e] = pr * (dp[4 * j + e] - (e & 1 ? d.y : d.x)) * fmaf(-th, th, 1.f);
+        dp[4 * j + e] = pr * (dp[4 * j + e] - (e & 1 ? d.y : d.x)) * t.slope;
       }
     }
   }

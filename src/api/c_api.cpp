@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "api/status_try.hpp"
+#include "backend/status_try.hpp"
 #include "flashattn/flashattn.hpp"
 
 namespace flashattn {

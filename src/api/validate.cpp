@@ -6,7 +6,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "api/status_try.hpp"
+#include "backend/status_try.hpp"
 
 namespace flashattn {
 namespace {

@@ -1,4 +1,4 @@
-// The backend contract, part 2: a kernel family as data. A family (cpu, sm80; later sm90, decode)
+// The backend contract, part 2: a kernel family as data. A family (sm90, sm80, decode, cpu)
 // offers plan(params) → Plan or the reason it cannot run them, and run(plan, params). select()
 // (src/api/select.cpp) walks one ordered table of families; supports(), the workspace query and the
 // run all use the Plan it returns, computed once per call.

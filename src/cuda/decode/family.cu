@@ -13,7 +13,7 @@
 #include <cmath>
 #include <string>
 
-#include "api/status_try.hpp"
+#include "backend/status_try.hpp"
 #include "backend/testing.hpp"
 #include "cuda/common/device_info.hpp"
 #include "cuda/common/host_runtime.hpp"

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "api/status_try.hpp"
+#include "backend/status_try.hpp"
 #include "backend/testing.hpp"
 #include "cuda/cuda_backend.hpp"
 #include "cuda/decode/launch.hpp"

@@ -9,7 +9,7 @@
 
 #include <type_traits>
 
-#include "api/status_try.hpp"
+#include "backend/status_try.hpp"
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/sm90/bwd_kernel.cuh"
 #include "cuda/sm90/bwd_kernel_wide.cuh"

@@ -9,7 +9,7 @@
 #include <climits>
 #include <string>
 
-#include "api/status_try.hpp"
+#include "backend/status_try.hpp"
 #include "cuda/common/device_info.hpp"
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/common/instances.hpp"

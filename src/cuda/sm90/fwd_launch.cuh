@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <string>
 
-#include "api/status_try.hpp"
+#include "backend/status_try.hpp"
 #include "cuda/common/device_info.hpp"
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/common/mask.cuh"

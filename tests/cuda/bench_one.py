@@ -2,6 +2,7 @@
 or a quick timing: the forward, or with --backward one backward of each (the forward outside).
 
   python3 tests/cuda/bench_one.py --lib build/libflashattn_c.so [--hdim 128] [--seqlen 4096] [--causal] [--backward]
+      [--path auto|sm90|sm80]
   ncu -k regex:"fwd_kernel|flash_fwd" -c 2 python3 tests/cuda/bench_one.py ...
   ncu -k regex:"bwd_main|flash_bwd" -c 4 python3 tests/cuda/bench_one.py --backward ...
 """
@@ -23,6 +24,7 @@ ap.add_argument("--seqlen", type=int, default=4096)
 ap.add_argument("--causal", action="store_true")
 ap.add_argument("--backward", action="store_true")
 ap.add_argument("--reps", type=int, default=1)
+ap.add_argument("--path", default="auto", help="this library's kernel family (flashattn::families())")
 args = ap.parse_args()
 fa = FlashAttn(args.lib)
 s, d = args.seqlen, args.hdim
@@ -30,14 +32,14 @@ b, h = 16384 // s, 2048 // d
 q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
 out = torch.empty_like(q)
 lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-a = fa.args(q, k, v, out=out, lse=lse, causal=args.causal)
+a = fa.args(q, k, v, out=out, lse=lse, causal=args.causal, path=args.path)
 ws_fwd = fa.with_workspace(a, False, "cuda")  # noqa: F841 (the sm90 forward's tile counter)
 qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
 if args.backward:
     fa.forward(a)
     dout = torch.randn_like(out)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    a = fa.args(q, k, v, out=out, lse=lse, dout=dout, dq=dq, dk=dk, dv=dv, causal=args.causal)
+    a = fa.args(q, k, v, out=out, lse=lse, dout=dout, dq=dq, dk=dk, dv=dv, causal=args.causal, path=args.path)
     ws = fa.with_workspace(a, True, "cuda")  # noqa: F841
     qt, kt, vt = (x.detach().requires_grad_() for x in (qt, kt, vt))
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):

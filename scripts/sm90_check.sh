@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The sm90 family on a Hopper GPU in one call, for one direction: a small build (head dims 64, 128,
+# 192, 256; sm_90a) with the Python package built beside it, the direction's tests (forced to sm90,
+# sm80 beside), compute-sanitizer (memcheck, racecheck, synccheck) on a subset, its benchmark (grid,
+# GQA, varlen; the C API and flashattn-py beside cuDNN and FlashAttention-2 in one process), and ncu
+# on one cell per head dim. Every command runs under a timeout, so a hang costs minutes, not the call.
+#
+#   scripts/sm90_check.sh forward|backward OUT_DIR
+#   STEPS=build,test,sanitize,bench,ncu  BUILD_DIR=build-sm90  BENCH_ARGS="--parts grid --modes bwd"
+#   PREBUILT=FILE.tar.xz: a build folder packed elsewhere (scripts/sm90_prebuild.sh) instead of the
+#   build step's C++ part (the Python package is still built here: it links this machine's PyTorch).
+set -uo pipefail
+DIRECTION=${1:?usage: sm90_check.sh forward|backward OUT_DIR}
+OUT=${2:?usage: sm90_check.sh forward|backward OUT_DIR}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+STEPS=${STEPS:-build,test,sanitize,bench}
+B=${BUILD_DIR:-build-sm90}
+HDIMS="64;128;192;256"
+has() { [[ ",$STEPS," == *",$1,"* ]]; }
+log() { echo "== $(date +%T) $*" | tee -a "$OUT/check.log"; }
+# run NAME SECONDS CMD...: CMD under a timeout, its output in OUT/NAME.log, its exit status logged,
+# then the log's last lines and any failed test.
+run() {
+  local name=$1 seconds=$2
+  shift 2
+  timeout "$seconds" "$@" >"$OUT/$name.log" 2>&1
+  echo "$name rc $?" | tee -a "$OUT/check.log"
+  tail -3 "$OUT/$name.log"
+  grep -E "^\[  FAILED|ERROR SUMMARY: [1-9]|RACECHECK SUMMARY: [1-9]|hazard" "$OUT/$name.log" | head -20
+}
+
+case "$DIRECTION" in
+  forward)
+    CUDA_FILTER='CudaFwdSm90.*:CudaFwdSmall.*:CudaPtxSm90*'
+    DIFF_FILTER='All/Diff.Forward/sm90_*'
+    SMS_RUNS="1 3"  # the persistent grid as on a GPU of 1 and 3 SMs: many tiles per CTA
+    SANITIZE_CUDA='CudaFwdSm90.CausalHdim128:CudaFwdSm90.VarlenCausalHdim64:CudaFwdSm90.Hdim256Mqa:CudaFwdSm90.VarlenWindowSoftcapHdim256Mqa'
+    SANITIZE_DIFF='All/Diff.Forward/sm90_varlen*:All/Diff.Forward/sm90_b2_q272_k203_h4x2_d192_bf16_causal'
+    MODES=fwd
+    NCU_DEFAULT="fwd:64:8192 fwd:128:8192 fwd:256:8192"
+    ;;
+  backward)
+    CUDA_FILTER='CudaPtxSm90*:CudaSm90*:CudaBackwardSplit*:CudaMask*'
+    DIFF_FILTER='All/Diff.Backward/sm90_*'
+    SMS_RUNS="1 3"  # the chain bound and the deterministic turns planned for a GPU of 1 and 3 SMs
+    SANITIZE_CUDA=''
+    SANITIZE_DIFF='All/Diff.Backward/sm90_b2_q129_k127_h4x2_d128_f16*:All/Diff.Backward/sm90_varlen_q5_0_130_77_k9_40_0_201_h4x2_d64_bf16:All/Diff.Backward/sm90_b1_q1000_k300_h2x1_d256_bf16:All/Diff.Backward/sm90_b1_q200_k100_h2x2_d64_bf16_causal_det:All/Diff.Backward/sm90_b2_q133_k150_h2x2_d64_bf16_cap30'
+    MODES=bwd
+    NCU_DEFAULT="bwd:64:8192 bwd:128:8192 bwd:256:8192"
+    ;;
+  *) echo "sm90_check.sh: direction '$DIRECTION' is not forward or backward"; exit 2 ;;
+esac
+# The backward beside the sm80 family's in the same process (bench/summarize.py's variant table).
+BENCH_ARGS=${BENCH_ARGS:---parts grid,gqa,varlen --modes $MODES$([ "$DIRECTION" = backward ] && echo " --path sm90 --variant sm80=@sm80")}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$OUT/gpu.txt" 2>&1
+
+if has build; then
+  log "build ($B${PREBUILT:+ from $PREBUILT}) and the Python package, in parallel"
+  ( CMAKE_BUILD_PARALLEL_LEVEL=7 python3 -m pip install -q --no-build-isolation --no-deps ./python \
+      -C cmake.define.FLASHATTN_CUDA=ON -C cmake.define.FLASHATTN_CUDA_ARCHS=90a \
+      -C "cmake.define.FLASHATTN_HEADDIMS=$HDIMS" >"$OUT/pip.log" 2>&1; echo $? >"$OUT/pip.rc" ) &
+  pip_pid=$!
+  if [ -n "${PREBUILT:-}" ]; then
+    mkdir -p "$B" && tar -xJf "$PREBUILT" -C "$B" >"$OUT/build.log" 2>&1 || { log "unpacking FAILED"; exit 1; }
+  else
+    { cmake -S . -B "$B" -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90a "-DFLASHATTN_HEADDIMS=$HDIMS" \
+        -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_PTXAS_VERBOSE=ON &&
+      cmake --build "$B" -j 9 --target flashattn_cuda_tests diff_test edge_test grad_test flashattn_cli flashattn_c; } \
+      >"$OUT/build.log" 2>&1 || { log "build FAILED"; tail -30 "$OUT/build.log"; exit 1; }
+  fi
+  log "build done"
+fi
+
+if has test; then
+  log "tests ($DIRECTION)"
+  run cuda_tests 120 "$B/tests/cuda/flashattn_cuda_tests" --gtest_filter="$CUDA_FILTER"
+  run diff_sm90 300 "$B/tests/diff_test" --gtest_filter="$DIFF_FILTER"
+  for sms in $SMS_RUNS; do
+    run "diff_sm90_sms$sms" 300 "$B/tests/diff_test" --gtest_filter="$DIFF_FILTER" --sms="$sms"
+  done
+  run edge_sm90 300 "$B/tests/edge_test" --gtest_filter='*sm90*'
+  [ "$DIRECTION" = backward ] && run grad_sm90 300 "$B/tests/grad_test" --gtest_filter='*sm90*'
+fi
+
+if has sanitize; then
+  log "compute-sanitizer"
+  for tool in memcheck racecheck synccheck; do
+    if [ -n "$SANITIZE_CUDA" ]; then
+      run "sanitize_${tool}_cuda" 300 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+        "$B/tests/cuda/flashattn_cuda_tests" --gtest_filter="$SANITIZE_CUDA"
+    fi
+    run "sanitize_${tool}_diff" 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$B/tests/diff_test" --sms=2 \
+      --gtest_filter="$SANITIZE_DIFF"
+  done
+fi
+
+if has bench; then
+  [ -n "${pip_pid:-}" ] && wait "$pip_pid"
+  log "bench (pip rc $(cat "$OUT/pip.rc" 2>/dev/null))"
+  # shellcheck disable=SC2086
+  timeout 900 python3 bench/bench_gpu.py --lib "$B/libflashattn_c.so" $BENCH_ARGS --out "$OUT/bench.json" \
+    >"$OUT/bench.log" 2>&1
+  echo "bench rc $?" | tee -a "$OUT/check.log"
+  tail -60 "$OUT/bench.log"
+fi
+
+if has ncu; then
+  log "ncu"
+  LIB="$B/libflashattn_c.so" FA_PATH=sm90 CASES="${NCU_CASES:-$NCU_DEFAULT}" scripts/gpu_profile.sh "$OUT" \
+    >"$OUT/ncu.log" 2>&1
+  echo "ncu rc $?" | tee -a "$OUT/check.log"
+fi

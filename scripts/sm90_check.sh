@@ -63,6 +63,7 @@ if has build; then
   pip_pid=$!
   if [ -n "${PREBUILT:-}" ]; then
     mkdir -p "$B" && tar -xJf "$PREBUILT" -C "$B" >"$OUT/build.log" 2>&1 || { log "unpacking FAILED"; exit 1; }
+    log "prebuilt at commit $(cat "$B/COMMIT")"
   else
     { cmake -S . -B "$B" -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90a "-DFLASHATTN_HEADDIMS=$HDIMS" \
         -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_PTXAS_VERBOSE=ON &&

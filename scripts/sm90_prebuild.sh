@@ -5,19 +5,26 @@
 #   scripts/sm90_prebuild.sh [FILE]        (default .prebuilt/sm90a.tar.xz, an ignored path)
 #   then on the GPU machine (carry [".prebuilt"]):
 #   PREBUILT=.prebuilt/sm90a.tar.xz scripts/sm90_check.sh backward $OUT
-# The pack holds the C library, the test binaries sm90_check.sh runs, the CLI and COMMIT (the commit
-# built, with "+dirty" when the tree had changes): compare it with the tree before trusting a result.
+# It builds the committed HEAD, not the working tree: a git worktree at PREBUILD_DIR (default
+# /tmp/flashattn-prebuild; kept, so a later run recompiles only what changed), checked out at HEAD.
+# The pack holds the C library, the test binaries sm90_check.sh runs, the CLI and COMMIT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-file=${1:-.prebuilt/sm90a.tar.xz}
-B=${BUILD_DIR:-build-sm90-prebuilt}
-cmake -S . -B "$B" -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90a "-DFLASHATTN_HEADDIMS=64;128;192;256" \
+file=$(realpath -m "${1:-.prebuilt/sm90a.tar.xz}")
+dir=${PREBUILD_DIR:-/tmp/flashattn-prebuild}
+commit=$(git rev-parse --short HEAD)
+if [ -d "$dir/src/.git" ] || [ -f "$dir/src/.git" ]; then
+  git -C "$dir/src" checkout -q --detach "$commit"
+else
+  mkdir -p "$dir"
+  git worktree add -q --detach "$dir/src" "$commit"
+fi
+B=$dir/build
+cmake -S "$dir/src" -B "$B" -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90a "-DFLASHATTN_HEADDIMS=64;128;192;256" \
   -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$B" -j "$(nproc)" --target flashattn_cuda_tests diff_test edge_test grad_test flashattn_cli flashattn_c
-commit=$(git rev-parse --short HEAD)
-git diff --quiet HEAD -- . ':!.prebuilt' || commit="$commit+dirty"
 echo "$commit" >"$B/COMMIT"
 mkdir -p "$(dirname "$file")"
 tar -cJf "$file" -C "$B" COMMIT libflashattn_c.so tests/diff_test tests/edge_test tests/grad_test \
   tests/cuda/flashattn_cuda_tests tools/flashattn/flashattn
-echo "sm90_prebuild: $file at $commit ($(du -h "$file" | cut -f1)); carry [\"$(dirname "$file")\"]"
+echo "sm90_prebuild: $file at $commit ($(du -h "$file" | cut -f1)); carry [\".prebuilt\"]"

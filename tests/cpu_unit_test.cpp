@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "api/select.hpp"
 #include "backend/testing.hpp"
 #include "cpu/bf16_tiles.hpp"
 #include "cpu/convert.hpp"
@@ -363,6 +365,77 @@ TEST(VisibleKeys, MatchesTheRuleByBruteForce) {
     }
   }
   EXPECT_GT(checked, 100000);
+}
+
+// The selection rule over stand-in families (host tensors): "auto" takes the first family whose
+// plan accepts the call and lets "auto" have it; a plan that declines "auto" (Plan::in_auto, the sm90
+// backward per head dim) passes the call on and still runs when named; a direction out of "auto" is
+// not even planned; nothing a family left in the plan reaches the next family's.
+Status plan_plain(const FwdParams&, Plan* plan) {
+  plan->workspace_bytes = 7;
+  return Status::success();
+}
+Status plan_named_only(const FwdParams&, Plan* plan) {
+  plan->workspace_bytes = 99;
+  plan->workspace_optional = true;
+  plan->in_auto = false;
+  return Status::success();
+}
+Status plan_refusing(const FwdParams&, Plan* plan) {
+  plan->workspace_alignment = 64;
+  plan->in_auto = false;
+  return Status::unsupported("refusing: not this call");
+}
+int g_planned = 0;
+Status plan_counted(const FwdParams&, Plan*) {
+  ++g_planned;
+  return Status::success();
+}
+Status run_nothing(const Plan&, const FwdParams&) { return Status::success(); }
+
+TEST(Select, PlansMayDeclineAuto) {
+  const Family named_only{"named_only", Device::cpu, {plan_named_only, run_nothing}, {}, {}};
+  const Family refusing{"refusing", Device::cpu, {plan_refusing, run_nothing}, {}, {}};
+  const Family plain{"plain", Device::cpu, {plan_plain, run_nothing}, {}, {}};
+  const std::vector<const Family*> table = {&named_only, &refusing, &plain};
+  FwdParams p;
+  p.device = Device::cpu;
+  Plan plan;
+  for (const char* path : {"auto", ""}) {
+    ASSERT_TRUE(flashattn::testing::select_from(table, p, path, &plan).ok());
+    EXPECT_EQ(plan.family, &plain);
+    EXPECT_EQ(plan.workspace_bytes, 7u);
+    EXPECT_FALSE(plan.workspace_optional);
+    EXPECT_EQ(plan.workspace_alignment, 1u);
+    EXPECT_TRUE(plan.in_auto);
+  }
+  ASSERT_TRUE(flashattn::testing::select_from(table, p, "named_only", &plan).ok());
+  EXPECT_EQ(plan.family, &named_only);
+  EXPECT_EQ(plan.workspace_bytes, 99u);
+  // Nothing after it: the decline is the reason, and it names the path that runs the call.
+  const Status s = flashattn::testing::select_from({&named_only}, p, "auto", &plan);
+  EXPECT_EQ(s.code, StatusCode::not_supported);
+  EXPECT_NE(s.message.find("runs this call only when named (path = \"named_only\")"), std::string::npos) << s.message;
+  EXPECT_EQ(plan.family, nullptr);
+  EXPECT_EQ(plan.workspace_bytes, 0u);
+  // The first family's reason wins over the later ones'.
+  EXPECT_EQ(flashattn::testing::select_from({&refusing, &named_only}, p, "auto", &plan).message, "refusing: not this call");
+}
+
+TEST(Select, DirectionsOutOfAutoAreNotPlanned) {
+  Family out{"out", Device::cpu, {plan_counted, run_nothing}, {}, {}};
+  out.forward.in_auto = false;
+  const Family plain{"plain", Device::cpu, {plan_plain, run_nothing}, {}, {}};
+  FwdParams p;
+  p.device = Device::cpu;
+  Plan plan;
+  g_planned = 0;
+  ASSERT_TRUE(flashattn::testing::select_from({&out, &plain}, p, "auto", &plan).ok());
+  EXPECT_EQ(plan.family, &plain);
+  EXPECT_EQ(g_planned, 0);
+  ASSERT_TRUE(flashattn::testing::select_from({&out, &plain}, p, "out", &plan).ok());
+  EXPECT_EQ(plan.family, &out);
+  EXPECT_EQ(g_planned, 1);
 }
 
 }  // namespace

@@ -6,8 +6,8 @@
 namespace flashattn {
 
 // Fastest first. Adding a family: its folder, one line here, its sources in the build. sm90 runs
-// only on compute capability 9.0; its backward only when named (path = "sm90": Direction::in_auto);
-// whatever it refuses, "auto" finds in the next family.
+// only on compute capability 9.0; its backward only when named (path = "sm90": Direction::in_auto,
+// Plan::in_auto); whatever it refuses, "auto" finds in the next family.
 const std::vector<const Family*>& family_table() {
   static const std::vector<const Family*> kFamilies = {&cuda::sm90_family(), &cuda::sm80_family(),
                                                        &cuda::decode_family(), &cpu::family()};
@@ -18,19 +18,19 @@ namespace {
 
 bool is_auto(std::string_view path) { return path.empty() || path == "auto"; }
 
-std::string known_paths() {
+std::string known_paths(const std::vector<const Family*>& table) {
   std::string s = "auto";
-  for (const Family* f : family_table()) s += std::string(", ") + f->name;
+  for (const Family* f : table) s += std::string(", ") + f->name;
   return s;
 }
 
 template <class Params>
-Status select_in_table(const Params& p, std::string_view path, Plan* plan) {
+Status select_in(const std::vector<const Family*>& table, const Params& p, std::string_view path, Plan* plan) {
   *plan = Plan{};
   Status first_reason = Status::unsupported(std::string("device: no kernel family runs ") + to_string(p.device) +
                                             " tensors in this build");
   bool named = false, tried = false;
-  for (const Family* f : family_table()) {
+  for (const Family* f : table) {
     if (!is_auto(path) && path != f->name) continue;
     if (is_auto(path) && !chosen_by_auto<Params>(*f)) continue;
     named = true;
@@ -50,17 +50,22 @@ Status select_in_table(const Params& p, std::string_view path, Plan* plan) {
       tried = true;
       continue;
     }
+    *plan = Plan{};  // nothing of a family that refused reaches the next one's plan
     Status s = d.plan(p, plan);
-    if (s.ok()) {
+    if (s.ok() && (plan->in_auto || !is_auto(path))) {
       plan->family = f;
       return s;
+    }
+    if (s.ok()) {
+      s = Status::unsupported("path = \"auto\": the " + std::string(f->name) + " " + direction_name<Params>() +
+                              " runs this call only when named (path = \"" + f->name + "\")");
     }
     if (!tried) first_reason = s;
     tried = true;
   }
   if (!named) {
     return Status::invalid("path = \"" + std::string(path) + "\" is not a kernel family of this build (" +
-                           known_paths() + ")");
+                           known_paths(table) + ")");
   }
   *plan = Plan{};
   return first_reason;
@@ -68,8 +73,16 @@ Status select_in_table(const Params& p, std::string_view path, Plan* plan) {
 
 }  // namespace
 
-Status select(const FwdParams& p, std::string_view path, Plan* plan) { return select_in_table(p, path, plan); }
-Status select(const BwdParams& p, std::string_view path, Plan* plan) { return select_in_table(p, path, plan); }
-Status select(const KVCacheParams& p, std::string_view path, Plan* plan) { return select_in_table(p, path, plan); }
+Status select(const FwdParams& p, std::string_view path, Plan* plan) { return select_in(family_table(), p, path, plan); }
+Status select(const BwdParams& p, std::string_view path, Plan* plan) { return select_in(family_table(), p, path, plan); }
+Status select(const KVCacheParams& p, std::string_view path, Plan* plan) {
+  return select_in(family_table(), p, path, plan);
+}
+
+namespace testing {
+Status select_from(const std::vector<const Family*>& table, const FwdParams& p, std::string_view path, Plan* plan) {
+  return select_in(table, p, path, plan);
+}
+}  // namespace testing
 
 }  // namespace flashattn

@@ -20,4 +20,9 @@ Status select(const FwdParams& params, std::string_view path, Plan* plan);
 Status select(const BwdParams& params, std::string_view path, Plan* plan);
 Status select(const KVCacheParams& params, std::string_view path, Plan* plan);
 
+namespace testing {
+// select() over another table than the build's (host tests of the selection rule with stand-in families).
+Status select_from(const std::vector<const Family*>& table, const FwdParams& params, std::string_view path, Plan* plan);
+}  // namespace testing
+
 }  // namespace flashattn

@@ -28,6 +28,10 @@ struct Plan {
   // What the workspace's address must be a multiple of (the kernels' vector stores, atomics); the
   // API refuses any other by name before the run.
   std::size_t workspace_alignment = 1;
+  // false: the family runs this call only when the call names it (path = name); "auto" goes on to
+  // the next family. For a family faster than the next one for some of the calls it plans only
+  // (the sm90 backward, per head dim): what Direction::in_auto says of all its calls, per call.
+  bool in_auto = true;
   std::size_t detail_size = 0;  // bytes of `detail` the family's Detail fills (a family that runs
                                 // another's plan inside its own keeps only these)
   alignas(16) unsigned char detail[kDetailBytes] = {};
@@ -81,8 +85,9 @@ const Direction<Params>& direction_of(const Family& f) {
   }
 }
 
-// Whether path = "auto" may pick this family for the call (both the family and its direction are in
-// "auto"; else only a call naming the family runs it).
+// Whether path = "auto" may try this family for the call (both the family and its direction are in
+// "auto"; else only a call naming the family runs it). The family's plan may still decline "auto"
+// for the call (Plan::in_auto).
 template <class Params>
 bool chosen_by_auto(const Family& f) {
   return f.in_auto && direction_of<Params>(f).in_auto;

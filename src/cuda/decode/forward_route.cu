@@ -84,6 +84,9 @@ Status plan_forward_route(const KVCacheParams& p, ForwardRoute* route) {
     if (!chosen_by_auto<FwdParams>(*family) || family->forward.plan == nullptr) continue;
     Plan plan;
     refused = family->forward.plan(f, &plan);
+    if (refused.ok() && !plan.in_auto) {
+      refused = Status::unsupported(std::string("cuda decode: the ") + family->name + " forward runs this call only when named");
+    }
     if (!refused.ok()) continue;
     if (plan.detail_size > ForwardRoute::kDetailBytes) {
       return Status::unsupported(std::string("cuda decode: the ") + family->name + " forward's plan does not fit the route");

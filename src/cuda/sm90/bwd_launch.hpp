@@ -3,6 +3,7 @@
 // alone). family.cu plans the call and runs the sm80 family's preprocess and postprocess around it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "backend/params.hpp"
@@ -21,6 +22,19 @@ constexpr int bwd_block_n(int head_dim) { return head_dim > 128 ? 64 : 128; }
 
 // Whether the backward has a kernel of head dim D (hdim_qk = hdim_v = D).
 constexpr bool has_sm90_bwd(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
+
+// The head dims whose backward "auto" gives this family (Plan::in_auto; the others run on sm80's
+// unless a call names sm90): none until the kernels have passed their GPU tests (written and compiled
+// without a GPU, 2026-12-04); then those measured faster than sm80's backward in one process
+// (`bench_gpu.py --path sm90 --variant sm80=@sm80`, bench/summarize.py's variant table). Empty, the
+// backward direction is out of "auto" altogether and "auto" never plans it.
+inline constexpr std::array<int, 0> kBackwardAutoHeadDims = {};
+constexpr bool backward_in_auto(int head_dim) {
+  for (int d : kBackwardAutoHeadDims) {
+    if (d == head_dim) return true;
+  }
+  return false;
+}
 
 // The chains of a call's key blocks (steps: query blocks × the group's query heads): where the
 // longest walks well over an SM's share of all the steps (few kv heads and sequences: MQA/GQA at

@@ -252,6 +252,7 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
                                                sm80::BwdSplit::whole(ctas))};
   plan->workspace_bytes = d.workspace.bytes;
   plan->workspace_alignment = 16;  // the pre/postprocess's vector accesses of the fp32 sums
+  plan->in_auto = backward_in_auto(inst->head_dim);
   plan->set(d);
   return Status::success();
 }
@@ -282,14 +283,10 @@ BwdChains bwd_chains(const BwdParams& p, int block_n, int num_sms) {
 
 }  // namespace sm90
 
-// The backward runs only when a call names the family (path = "sm90") until its kernels have passed
-// the GPU tests (diff_test's sm90 backward cases, test_ptx_sm90's MN-major A): written and compiled
-// (no spills) without a GPU, 2026-12-04.
-constexpr bool kBackwardInAuto = false;
 
 const Family& sm90_family() {
   static const Family kSm90{"sm90", Device::cuda, {sm90::plan_forward, sm90::run_forward},
-                            {sm90::plan_backward, sm90::run_backward, kBackwardInAuto}, {}};
+                            {sm90::plan_backward, sm90::run_backward, !sm90::kBackwardAutoHeadDims.empty()}, {}};
   return kSm90;
 }
 

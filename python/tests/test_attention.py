@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from conftest import DEVICE_DTYPES, DEVICES, DEFAULT_DTYPE
+from conftest import CUDA_OK, CUDA_SKIP_REASON, DEVICE_DTYPES, DEVICES, DEFAULT_DTYPE
+import flashattn
 from flashattn import flash_attn_func
 import reference
 
@@ -78,6 +79,47 @@ def test_forward_backward(device, dtype, shape, opts):
     out, lse, probs = flash_attn_func(q, k, v, return_attn_probs=True, **opts)
     assert probs is None
     assert out.dtype == dtype and out.device == q.device and lse.dtype == torch.float32
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    check_forward_backward(q, k, v, out, lse, grads, dout, dtype, reference_options(opts))
+
+
+def cuda_families():
+    """The CUDA kernel families this GPU runs attention on: "sm80", and "sm90" on compute capability 9.0."""
+    if not CUDA_OK:
+        return []
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    return [f for f in ("sm90", "sm80") if f in flashattn.families() and (f != "sm90" or hopper)]
+
+
+# Head dims of every sm90 backward kernel (64, 128 with GQA and seqlen_q < seqlen_k, 256), odd lengths.
+FAMILY_SHAPES = [
+    (2, 200, 200, 4, 2, 64, 64),
+    (1, 257, 513, 8, 2, 128, 128),
+    (1, 300, 190, 4, 4, 256, 256),
+]
+FAMILY_OPTIONS = [
+    pytest.param({}, id="full"),
+    pytest.param({"causal": True}, id="causal"),
+    pytest.param({"softcap": 2.0, "window_size": (40, 8)}, id="softcap-window"),
+    pytest.param({"causal": True, "deterministic": True}, id="causal-deterministic"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("opts", FAMILY_OPTIONS)
+@pytest.mark.parametrize("shape", FAMILY_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("family", ["sm90", "sm80"])
+def test_forward_backward_on_each_cuda_family(family, shape, opts):
+    """flash_attn_func(path=family), forward and gradients, on every CUDA family the GPU has, not only
+    the one "auto" picks: a family run only when named (the sm90 backward before its switch into
+    "auto") is checked through the Python path too (the operator's workspace from PyTorch's allocator,
+    its stream)."""
+    if family not in cuda_families():
+        pytest.skip(CUDA_SKIP_REASON or f"GPU test: this GPU has no {family} family")
+    dtype = torch.bfloat16
+    q, k, v = make_qkv(shape, "cuda", dtype)
+    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, path=family, **opts)
     dout = torch.randn_like(out)
     grads = torch.autograd.grad(out, (q, k, v), dout)
     check_forward_backward(q, k, v, out, lse, grads, dout, dtype, reference_options(opts))

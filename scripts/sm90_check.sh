@@ -8,7 +8,8 @@
 #   scripts/sm90_check.sh forward|backward OUT_DIR
 #   STEPS=build,test,sanitize,bench,ncu  BUILD_DIR=build-sm90  BENCH_ARGS="--parts grid --modes bwd"
 #   PREBUILT=FILE.tar.xz: a build folder packed elsewhere (scripts/sm90_prebuild.sh) instead of the
-#   build step's C++ part (the Python package is still built here: it links this machine's PyTorch).
+#   build step's C++ part (the Python package is still built here: it links this machine's PyTorch;
+#   PY_INSTALL=0 when it is installed already).
 set -uo pipefail
 DIRECTION=${1:?usage: sm90_check.sh forward|backward OUT_DIR}
 OUT=${2:?usage: sm90_check.sh forward|backward OUT_DIR}
@@ -20,14 +21,15 @@ HDIMS="64;128;192;256"
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/check.log"; }
 # run NAME SECONDS CMD...: CMD under a timeout, its output in OUT/NAME.log, its exit status logged,
-# then the log's last lines and any failed test.
+# then its test counts, failed tests and where their errors lie (first 20 lines).
 run() {
   local name=$1 seconds=$2
   shift 2
   timeout "$seconds" "$@" >"$OUT/$name.log" 2>&1
   echo "$name rc $?" | tee -a "$OUT/check.log"
-  tail -3 "$OUT/$name.log"
-  grep -E "^\[  FAILED|ERROR SUMMARY: [1-9]|RACECHECK SUMMARY: [1-9]|hazard" "$OUT/$name.log" | head -20
+  grep -E "^\[  (PASSED|SKIPPED|FAILED) +\] [0-9]+ tests?|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/$name.log" |
+    tee -a "$OUT/check.log"
+  grep -E "^\[  FAILED  \] [A-Z]|breaks the error rule|hazard" "$OUT/$name.log" | head -20 | tee -a "$OUT/check.log"
 }
 
 case "$DIRECTION" in
@@ -57,10 +59,12 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 
 if has build; then
   log "build ($B${PREBUILT:+ from $PREBUILT}) and the Python package, in parallel"
-  ( CMAKE_BUILD_PARALLEL_LEVEL=7 python3 -m pip install -q --no-build-isolation --no-deps ./python \
-      -C cmake.define.FLASHATTN_CUDA=ON -C cmake.define.FLASHATTN_CUDA_ARCHS=90a \
-      -C "cmake.define.FLASHATTN_HEADDIMS=$HDIMS" >"$OUT/pip.log" 2>&1; echo $? >"$OUT/pip.rc" ) &
-  pip_pid=$!
+  if [ "${PY_INSTALL:-1}" = 1 ]; then  # 0: the package is installed already
+    ( CMAKE_BUILD_PARALLEL_LEVEL=7 python3 -m pip install -q --no-build-isolation --no-deps ./python \
+        -C cmake.define.FLASHATTN_CUDA=ON -C cmake.define.FLASHATTN_CUDA_ARCHS=90a \
+        -C "cmake.define.FLASHATTN_HEADDIMS=$HDIMS" >"$OUT/pip.log" 2>&1; echo $? >"$OUT/pip.rc" ) &
+    pip_pid=$!
+  fi
   if [ -n "${PREBUILT:-}" ]; then
     mkdir -p "$B" && tar -xJf "$PREBUILT" -C "$B" >"$OUT/build.log" 2>&1 || { log "unpacking FAILED"; exit 1; }
     log "prebuilt at commit $(cat "$B/COMMIT")"
@@ -112,3 +116,8 @@ if has ncu; then
     >"$OUT/ncu.log" 2>&1
   echo "ncu rc $?" | tee -a "$OUT/check.log"
 fi
+
+# The device tool brings back at most 8 files: keep the summary log and the benchmark record as
+# files, every other log packed into logs.tgz.
+(cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude=check.log --exclude=bench.json -- * &&
+   find . -maxdepth 1 -type f ! -name logs.tgz ! -name check.log ! -name bench.json -delete)

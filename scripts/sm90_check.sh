@@ -87,7 +87,14 @@ if has test; then
   # off) would otherwise cost every later step its whole timeout. A hang skips the other tests and
   # leaves the sanitizers (synccheck, racecheck) that one case.
   run smoke 60 "$B/tests/diff_test" --gtest_filter="$SMOKE"
-  grep -q "^smoke rc 124" "$OUT/check.log" && { hung=1; log "the smoke case hung: other tests skipped"; }
+  if grep -q "^smoke rc 124" "$OUT/check.log"; then
+    hung=1
+    log "the smoke case hung: other tests skipped"
+    # The same case with every mbarrier wait bounded (FLASHATTN_HANG_WATCHDOG, from the prebuilt
+    # pack): the first stuck wait prints its barrier's shared address, phase, block and warp.
+    [ -x "$B/watchdog/diff_test" ] && run smoke_watchdog 60 "$B/watchdog/diff_test" --gtest_filter="$SMOKE" &&
+      grep -m 20 "mbarrier wait hung" "$OUT/smoke_watchdog.log" | tee -a "$OUT/check.log"
+  fi
   if [ "$hung" = 0 ]; then
     run diff_sm90 300 "$B/tests/diff_test" --gtest_filter="$DIFF_FILTER"
     for sms in $SMS_RUNS; do

@@ -21,10 +21,18 @@
 //       "stage is empty" barrier starts with parity 1 and passes. May suspend the thread a while
 //       in hardware before returning false. Acquire at CTA scope.
 //   mbarrier_wait(bar, parity): loops on mbarrier_try_wait. Afterwards the data of the phase's
-//       copies and the writes the arriving threads released are visible to this thread.
+//       copies and the writes the arriving threads released are visible to this thread. Built with
+//       FLASHATTN_HANG_WATCHDOG (a debugging option, off by default), a wait that outlasts 2 s
+//       prints the barrier's shared address, the phase and the waiting block and warp, and traps:
+//       a kernel that deadlocks fails its test saying where, instead of hanging it.
 #pragma once
 
 #include <cstdint>
+#if FLASHATTN_HANG_WATCHDOG
+#include <cstdio>
+
+#include "cuda/ptx/globaltimer.cuh"
+#endif
 
 #include "cuda/ptx/arch.cuh"
 
@@ -89,9 +97,29 @@ __device__ __forceinline__ bool mbarrier_try_wait(uint32_t bar, uint32_t parity)
 #endif
 }
 
+#if FLASHATTN_HANG_WATCHDOG
+inline constexpr uint64_t kHangNs = 2'000'000'000ull;
+
+__device__ __noinline__ void report_hang(uint32_t bar, uint32_t parity) {
+  if (threadIdx.x % 32 == 0) {
+    printf("flashattn: mbarrier wait hung: block (%d, %d, %d), warp %d, barrier at shared 0x%x, parity %u\n",
+           static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z),
+           static_cast<int>(threadIdx.x / 32), bar, parity);
+  }
+  __trap();
+}
+#endif
+
 __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+#if FLASHATTN_HANG_WATCHDOG
+  const uint64_t start = globaltimer_ns();
+  while (!mbarrier_try_wait(bar, parity)) {
+    if (globaltimer_ns() - start > kHangNs) report_hang(bar, parity);
+  }
+#else
   while (!mbarrier_try_wait(bar, parity)) {
   }
+#endif
 }
 
 }  // namespace flashattn::ptx

@@ -100,7 +100,8 @@ __device__ __forceinline__ bool mbarrier_try_wait(uint32_t bar, uint32_t parity)
 #if FLASHATTN_HANG_WATCHDOG
 inline constexpr uint64_t kHangNs = 2'000'000'000ull;
 
-static __device__ __noinline__ void report_hang(uint32_t bar, uint32_t parity) {  // static: one per translation unit
+// static: one copy per translation unit (a header's non-inline function would link twice).
+static __device__ __noinline__ void report_hang(uint32_t bar, uint32_t parity) {
   if (threadIdx.x % 32 == 0) {
     printf("flashattn: mbarrier wait hung: block (%d, %d, %d), warp %d, barrier at shared 0x%x, parity %u\n",
            static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z),

@@ -10,6 +10,7 @@ rows (µs per call).
 """
 import argparse
 import json
+import math
 
 IMPLS = ("flashattn", "flashattn-py", "cudnn", "torch-flash")
 
@@ -135,6 +136,7 @@ def variant_table(rows):
              " | ".join(f"{n} (path) | main / {n.split(':', 1)[1]}" for n in names) + " |",
              "|" + "---|" * (6 + 2 * len(names))]
     wins = {n: [0, 0] for n in names}
+    by_hdim = {n: {} for n in names}  # head dim -> main / variant ratios
     for k, v in cells.items():
         main = v.get("flashattn", {})
         heads = f"{k[5]}/{k[6]}" if k[6] != k[5] else f"{k[5]}"
@@ -145,10 +147,17 @@ def variant_table(rows):
             if main.get("tflops") and var.get("tflops"):
                 wins[n][1] += 1
                 wins[n][0] += main["tflops"] >= var["tflops"]
+                by_hdim[n].setdefault((k[0], k[3]), []).append(main["tflops"] / var["tflops"])
         lines.append(f"| {k[0]} | {int(k[1])} | {k[3]} | {k[4]}{' varlen' if k[7] else ''} | {heads} | "
                      f"{_num(main.get('tflops'))} ({main.get('path', '–')}) | " + " | ".join(cols) + " |")
     for n in names:
         lines.append(f"\nCells where the main build is at or above {n}: {wins[n][0]} of {wins[n][1]}.")
+        # Per mode and head dim (what a per-head-dim switch between two families reads): the
+        # geometric mean of main / variant, the worst cell, and the cells at or above.
+        for (mode, hdim), ratios in sorted(by_hdim[n].items()):
+            gmean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+            lines.append(f"- {mode}, hdim {hdim}: main / {n.split(':', 1)[1]} geometric mean {gmean:.3f}, "
+                         f"worst {min(ratios):.3f}, {sum(x >= 1 for x in ratios)} of {len(ratios)} cells at or above")
     return lines
 
 

@@ -67,3 +67,4 @@ def test_bench_smoke_variant_rows_and_their_table(tmp_path):
                              capture_output=True, text=True).stdout
     assert "Build variants in the same run" in summary and "flashattn:again (path)" in summary
     assert "Cells where the main build is at or above flashattn:again: " in summary
+    assert "main / again geometric mean" in summary

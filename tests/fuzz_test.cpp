@@ -103,12 +103,33 @@ struct Views {
   bool layout_mutated = false;
 };
 
+// x + delta, or x where that overflows: the fuzzer's own arithmetic stays defined (UBSan aborts on
+// an overflow; a view may already hold the largest shape or stride).
+int64_t nudged(int64_t x, int64_t delta) {
+  int64_t r = 0;
+  return __builtin_add_overflow(x, delta, &r) ? x : r;
+}
+
+// One entry of a shape or stride: a size from `sizes`, or another entry of it nudged by -2..2 (the
+// draws in a fixed order, so a seed replays the same call with any compiler).
+template <std::size_t kSizes>
+void mutate_size(Draw& d, int64_t (&dims)[TensorView::kMaxRank], const int64_t (&sizes)[kSizes]) {
+  if (d.chance(0.5)) {
+    const int64_t size = d.one_of(sizes);
+    dims[d.pick(0, 3)] = size;
+    return;
+  }
+  const int64_t from = dims[d.pick(0, 3)];
+  const int64_t delta = d.pick(-2, 2);
+  dims[d.pick(0, 3)] = nudged(from, delta);
+}
+
 void mutate_view(Draw& d, TensorView* t, Views* v) {
   v->layout_mutated = true;
   const int64_t sizes[] = {-3, -1, 0, 1, 2, 7, 64, int64_t{1} << 40, std::numeric_limits<int64_t>::max()};
   switch (d.pick(0, 6)) {
-    case 0: t->shape[d.pick(0, 3)] = d.chance(0.5) ? d.one_of(sizes) : t->shape[d.pick(0, 3)] + d.pick(-2, 2); break;
-    case 1: t->stride[d.pick(0, 3)] = d.chance(0.5) ? d.one_of(sizes) : t->stride[d.pick(0, 3)] + d.pick(-2, 2); break;
+    case 0: mutate_size(d, t->shape, sizes); break;
+    case 1: mutate_size(d, t->stride, sizes); break;
     case 2: t->rank = static_cast<int>(d.pick(-1, 5)); break;
     case 3: t->dtype = static_cast<DType>(d.pick(-1, 5)); break;
     case 4:  // another device: never the GPU's for host buffers when a GPU could run them

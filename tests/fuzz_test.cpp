@@ -262,6 +262,65 @@ void call_and_check(Draw& d, Args a, Problem& p, const Views& v, Tally* tally) {
   }
 }
 
+// One mutated call (iteration `seed`): a random small case, its views, options, offsets or pages
+// mutated, then the call checked by call_and_check.
+void fuzz_iteration(uint64_t seed, Tally* tally) {
+  set_current_seed(seed);
+  Draw d{std::mt19937_64(seed)};
+  Rng inputs(seed);
+  Case c = random_small_case(d);
+  Problem p = make_problem(c, inputs);
+  DeviceMirror host{Backend::host()};
+  const bool backward_call = d.chance(0.4);
+  const bool paged_call = !backward_call && c.is_paged();  // the backward refuses paged k, v: packed ones
+  ForwardArgs f = p.forward_args(host);
+  BackwardArgs b = p.backward_args(host);
+  Views v;
+  const auto add = [&](TensorView* t, const HostTensor& h) {
+    v.all.push_back(t);
+    v.buffer_bytes.push_back(h.valid() ? static_cast<int64_t>(h.storage_bytes() - h.view_byte_offset()) : 0);
+  };
+  AttentionArgs& common = backward_call ? static_cast<AttentionArgs&>(b) : static_cast<AttentionArgs&>(f);
+  add(&common.q, p.q), add(&common.k, paged_call ? p.k_pages : p.k), add(&common.v, paged_call ? p.v_pages : p.v);
+  if (paged_call) add(&f.block_table, p.block_table);
+  add(&common.cu_seqlens_q, p.cu_q), add(&common.cu_seqlens_k, p.cu_k);
+  if (backward_call) {
+    add(&b.out, p.out), add(&b.lse, p.lse), add(&b.dout, p.dout), add(&b.dq, p.dq), add(&b.dk, p.dk), add(&b.dv, p.dv);
+  } else {
+    add(&f.out, p.out), add(&f.lse, p.lse);
+  }
+  const int64_t mutations = d.pick(0, 3);
+  for (int64_t m = 0; m < mutations; ++m) {
+    switch (d.pick(0, 3)) {
+      case 0: mutate_view(d, v.all[d.pick(0, v.all.size() - 1)], &v); break;
+      case 1: mutate_options(d, &common.options); break;
+      case 2:
+        if (paged_call && d.chance(0.5)) {  // pages: out of the pool, negative, or another valid page
+          const int64_t pages = p.k_pages.view().shape[0];
+          p.block_table.set({d.pick(0, c.batch - 1), d.pick(0, p.block_table.view().shape[1] - 1)},
+                            static_cast<double>(d.pick(-3, pages + 3)));
+          v.layout_mutated = true;
+        } else if (c.is_varlen()) {  // offsets: the host validation reads and checks them
+          p.cu_q.fill_i32({int32_t(d.pick(-3, 12)), int32_t(d.pick(-3, 30)), int32_t(d.pick(-3, 40))});
+          v.layout_mutated = true;
+        }
+        break;
+      default:
+        common.max_seqlen_q = d.pick(-2, 20), common.max_seqlen_k = d.pick(-2, 20);
+        v.layout_mutated = v.layout_mutated || c.is_varlen();
+        break;
+    }
+  }
+  keep_claims_within_buffers(&v);
+  const int64_t accepted_before = tally->accepted;
+  if (backward_call) {
+    call_and_check(d, b, p, v, tally);
+  } else {
+    call_and_check(d, f, p, v, tally);
+  }
+  if (paged_call) tally->paged_accepted += tally->accepted - accepted_before;
+}
+
 TEST(Fuzz, EveryCallAnswersAndAcceptedCallsAreRight) {
   const int64_t iterations = std::stoll(test_flag("fuzz-iterations", "300"));
   const uint64_t given = std::stoull(test_flag("fuzz-seed", "0"));
@@ -273,61 +332,8 @@ TEST(Fuzz, EveryCallAnswersAndAcceptedCallsAreRight) {
               static_cast<unsigned long long>(first + iterations - 1));
   std::fflush(stdout);  // before a sanitizer may abort the process
   for (int64_t i = 0; i < iterations && !HasFatalFailure(); ++i) {
-    set_current_seed(first + i);
     const int failures_before = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
-    Draw d{std::mt19937_64(first + i)};
-    Rng inputs(first + i);
-    Case c = random_small_case(d);
-    Problem p = make_problem(c, inputs);
-    DeviceMirror host{Backend::host()};
-    const bool backward_call = d.chance(0.4);
-    const bool paged_call = !backward_call && c.is_paged();  // the backward refuses paged k, v: packed ones
-    ForwardArgs f = p.forward_args(host);
-    BackwardArgs b = p.backward_args(host);
-    Views v;
-    const auto add = [&](TensorView* t, const HostTensor& h) {
-      v.all.push_back(t);
-      v.buffer_bytes.push_back(h.valid() ? static_cast<int64_t>(h.storage_bytes() - h.view_byte_offset()) : 0);
-    };
-    AttentionArgs& common = backward_call ? static_cast<AttentionArgs&>(b) : static_cast<AttentionArgs&>(f);
-    add(&common.q, p.q), add(&common.k, paged_call ? p.k_pages : p.k), add(&common.v, paged_call ? p.v_pages : p.v);
-    if (paged_call) add(&f.block_table, p.block_table);
-    add(&common.cu_seqlens_q, p.cu_q), add(&common.cu_seqlens_k, p.cu_k);
-    if (backward_call) {
-      add(&b.out, p.out), add(&b.lse, p.lse), add(&b.dout, p.dout), add(&b.dq, p.dq), add(&b.dk, p.dk), add(&b.dv, p.dv);
-    } else {
-      add(&f.out, p.out), add(&f.lse, p.lse);
-    }
-    const int64_t mutations = d.pick(0, 3);
-    for (int64_t m = 0; m < mutations; ++m) {
-      switch (d.pick(0, 3)) {
-        case 0: mutate_view(d, v.all[d.pick(0, v.all.size() - 1)], &v); break;
-        case 1: mutate_options(d, &common.options); break;
-        case 2:
-          if (paged_call && d.chance(0.5)) {  // pages: out of the pool, negative, or another valid page
-            const int64_t pages = p.k_pages.view().shape[0];
-            p.block_table.set({d.pick(0, c.batch - 1), d.pick(0, p.block_table.view().shape[1] - 1)},
-                              static_cast<double>(d.pick(-3, pages + 3)));
-            v.layout_mutated = true;
-          } else if (c.is_varlen()) {  // offsets: the host validation reads and checks them
-            p.cu_q.fill_i32({int32_t(d.pick(-3, 12)), int32_t(d.pick(-3, 30)), int32_t(d.pick(-3, 40))});
-            v.layout_mutated = true;
-          }
-          break;
-        default:
-          common.max_seqlen_q = d.pick(-2, 20), common.max_seqlen_k = d.pick(-2, 20);
-          v.layout_mutated = v.layout_mutated || c.is_varlen();
-          break;
-      }
-    }
-    keep_claims_within_buffers(&v);
-    const int64_t accepted_before = tally.accepted;
-    if (backward_call) {
-      call_and_check(d, b, p, v, &tally);
-    } else {
-      call_and_check(d, f, p, v, &tally);
-    }
-    if (paged_call) tally.paged_accepted += tally.accepted - accepted_before;
+    fuzz_iteration(first + i, &tally);
     const int failures_now = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
     if (failures_now > failures_before && failed++ < 5) ADD_FAILURE() << "iteration " << i << ": replay with --fuzz-seed=" << first + i << " --fuzz-iterations=1";
   }
@@ -336,6 +342,18 @@ TEST(Fuzz, EveryCallAnswersAndAcceptedCallsAreRight) {
               static_cast<long long>(iterations), static_cast<unsigned long long>(first),
               static_cast<long long>(tally.accepted), static_cast<long long>(tally.paged_accepted),
               static_cast<long long>(tally.compared), static_cast<long long>(failed));
+}
+
+// Seeds that once found a defect, replayed on every run (the CI's sanitizer run included): 7782351 —
+// a backward whose empty lse view had a stride of INT64_MAX, which the CPU backend multiplied by the
+// batch index (signed overflow under UBSan; validation now hands empty views' strides on as 0).
+TEST(Fuzz, RegressionSeeds) {
+  std::signal(SIGABRT, say_seed_and_abort);
+  Tally tally;
+  for (uint64_t seed : {7782351ull}) {
+    SCOPED_TRACE("--fuzz-seed=" + std::to_string(seed) + " --fuzz-iterations=1");
+    fuzz_iteration(seed, &tally);
+  }
 }
 
 }  // namespace

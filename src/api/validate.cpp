@@ -122,11 +122,16 @@ Status check_head_dim(const char* what, int64_t d) {
 }
 
 // Row and head strides of a [.., rows, heads, d] view (rank 3 or 4).
+// Stride i of a view as the params carry it: 0 for an empty view. An empty view addresses nothing, so
+// check_view does not bound its strides, and a backend that forms b · stride for every batch or head
+// (touching no element) must not overflow on a stride that no element needed.
+int64_t addressed_stride(const TensorView& t, int i) { return t.numel() == 0 ? 0 : t.stride[i]; }
+
 void strides_of(const TensorView& t, bool varlen, int64_t* batch, int64_t* row, int64_t* head) {
   int o = varlen ? 0 : 1;
-  *batch = varlen ? 0 : t.stride[0];
-  *row = t.stride[o];
-  *head = t.stride[o + 1];
+  *batch = varlen ? 0 : addressed_stride(t, 0);
+  *row = addressed_stride(t, o);
+  *head = addressed_stride(t, o + 1);
 }
 
 // Reads a host-side cu_seqlens array and checks it: starts ≥ 0, non-decreasing, no sequence longer
@@ -197,7 +202,7 @@ Status paged_kv_params(const char* k_name, const TensorView& k, const char* v_na
   p->page_size = k.shape[1];
   p->max_pages = block_table.shape[1];
   p->block_table = static_cast<const int32_t*>(block_table.data);
-  p->block_table_batch_stride = block_table.stride[0];
+  p->block_table_batch_stride = addressed_stride(block_table, 0);
   if (p->page_size < 1) {
     return Status::invalid(std::string(k_name) + ": page_size = " + std::to_string(p->page_size) +
                            " (dimension 1 of a paged " + k_name + " " + shape_str(k) + ") must be >= 1");
@@ -419,11 +424,11 @@ Status lse_params(const char* name, const TensorView& t, FwdParams* p) {
   if (varlen) {
     FLASHATTN_TRY(check_shape(name, t, {p->heads_q, p->total_q}, "[heads_q, total_q]"));
     p->lse_batch_stride = 0;
-    p->lse_head_stride = t.stride[0];
+    p->lse_head_stride = addressed_stride(t, 0);
   } else {
     FLASHATTN_TRY(check_shape(name, t, {p->batch, p->heads_q, p->seqlen_q}, "[batch, heads_q, seqlen_q]"));
-    p->lse_batch_stride = t.stride[0];
-    p->lse_head_stride = t.stride[1];
+    p->lse_batch_stride = addressed_stride(t, 0);
+    p->lse_head_stride = addressed_stride(t, 1);
   }
   p->lse = static_cast<float*>(t.data);
   return Status::success();
@@ -585,7 +590,7 @@ Status kvcache_rotary_params(const KVCacheArgs& a, KVCacheParams* p) {
       << " (the tables share one row stride)";
     return Status::invalid(m.str());
   }
-  p->rotary_row_stride = a.rotary_cos.stride[0];
+  p->rotary_row_stride = addressed_stride(a.rotary_cos, 0);
   p->rotary_cos = a.rotary_cos.data;
   p->rotary_sin = a.rotary_sin.data;
   p->rotary_interleaved = a.rotary_interleaved;

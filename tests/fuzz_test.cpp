@@ -7,7 +7,10 @@
 // the workspace query and the run agree; nothing reads or writes outside the buffers (the CI runs
 // this binary under AddressSanitizer and UBSan, scripts/fuzz_check.sh); a call that succeeds on
 // unmutated tensors matches the float64 reference. Mutations never claim memory a buffer lacks:
-// a view whose span would exceed its buffer gets a null data pointer, which must be refused.
+// a view whose span would exceed its buffer gets a null data pointer, which must be refused. The
+// KV-cache call (Fuzz.KVCacheCalls) gets the same treatment, its host index arrays (cache_seqlens,
+// block_table, cache_batch_idx, cache_leftpad) mutated too, and an accepted unmutated call must
+// match the reference, the caches changed only in the appended rows.
 //   --fuzz-iterations=N (default 300)   --fuzz-seed=S (default: the test seed; iteration i uses S + i)
 #include <gtest/gtest.h>
 
@@ -26,6 +29,7 @@
 #include "flashattn/flashattn_c.h"
 #include "support/c_abi.hpp"
 #include "support/check.hpp"
+#include "support/kvcache_problem.hpp"
 
 namespace fa_test {
 namespace {
@@ -342,6 +346,135 @@ TEST(Fuzz, EveryCallAnswersAndAcceptedCallsAreRight) {
               static_cast<long long>(iterations), static_cast<unsigned long long>(first),
               static_cast<long long>(tally.accepted), static_cast<long long>(tally.paged_accepted),
               static_cast<long long>(tally.compared), static_cast<long long>(failed));
+}
+
+// A small valid KV-cache call: a contiguous cache (rows of a larger one through cache_batch_idx, or
+// left-padded) or a paged one, 1–4 query tokens, appended keys, rotary, masks, soft cap, GQA.
+KVCase random_kv_case(Draw& d) {
+  const int64_t batch = d.pick(1, 3), hkv = d.pick(1, 2), group = d.pick(1, 3), dim = 8 * d.pick(1, 8);
+  const int64_t capacity = d.pick(1, 24);
+  const int64_t new_tokens = d.chance(0.4) ? d.pick(0, std::min<int64_t>(3, capacity)) : -1;
+  const int64_t room = capacity - std::max<int64_t>(new_tokens, 0);
+  std::vector<int32_t> lens;
+  for (int64_t b = 0; b < batch; ++b) lens.push_back(static_cast<int32_t>(d.pick(0, room)));
+  const DType types[] = {DType::f32, DType::f16, DType::bf16};
+  KVCase c = KVCase::decode(lens, capacity, hkv * group, hkv, dim).q_rows(d.pick(1, 4)).with(d.one_of(types));
+  if (new_tokens >= 0) c = c.append(new_tokens);
+  switch (d.pick(0, 3)) {
+    case 0: break;
+    case 1: c = c.paged(d.pick(1, 8)); break;
+    case 2: c = c.indexed(); break;
+    default: {
+      std::vector<int32_t> pads;
+      for (int64_t b = 0; b < batch; ++b) pads.push_back(static_cast<int32_t>(d.pick(0, room - lens[b])));
+      c = c.left_padded(pads);
+      break;
+    }
+  }
+  if (d.chance(0.3)) {
+    c = c.rotate(d.chance(0.5) ? Rotary::interleaved : Rotary::half_split, d.chance(0.5) ? 0 : 2 * d.pick(1, dim / 2));
+  }
+  if (d.chance(0.3)) c = c.causal_mask();
+  if (d.chance(0.2)) c = c.window(d.pick(0, 8), c.causal ? 0 : d.pick(0, 8));
+  if (d.chance(0.2)) c = c.cap(5.f);
+  if (d.chance(0.2)) c = c.no_lse();
+  return c;
+}
+
+// One mutated KV-cache call (iteration `seed`).
+void kv_fuzz_iteration(uint64_t seed, Tally* tally) {
+  set_current_seed(seed);
+  Draw d{std::mt19937_64(seed)};
+  Rng inputs(seed);
+  KVProblem p = make_kv_problem(random_kv_case(d), inputs);
+  DeviceMirror host{Backend::host()};
+  KVCacheArgs a = p.args(host);
+  Views v;
+  const auto add = [&](TensorView* t, const HostTensor& h) {
+    v.all.push_back(t);
+    v.buffer_bytes.push_back(h.valid() ? static_cast<int64_t>(h.storage_bytes() - h.view_byte_offset()) : 0);
+  };
+  add(&a.q, p.q), add(&a.k_cache, p.k_cache), add(&a.v_cache, p.v_cache), add(&a.k_new, p.k_new);
+  add(&a.v_new, p.v_new), add(&a.rotary_cos, p.rotary_cos), add(&a.rotary_sin, p.rotary_sin);
+  add(&a.cache_seqlens, p.cache_seqlens), add(&a.block_table, p.block_table);
+  add(&a.cache_batch_idx, p.cache_batch_idx), add(&a.cache_leftpad, p.cache_leftpad), add(&a.out, p.out);
+  add(&a.lse, p.lse);
+  bool mutated = false;
+  const int64_t mutations = d.pick(0, 3);
+  for (int64_t m = 0; m < mutations; ++m) {
+    mutated = true;
+    switch (d.pick(0, 3)) {
+      case 0: mutate_view(d, v.all[d.pick(0, v.all.size() - 1)], &v); break;
+      case 1: mutate_options(d, &a.options); break;
+      case 2: {  // a host index: out of range, negative, or another valid-looking value
+        HostTensor* indices[] = {&p.cache_seqlens, &p.block_table, &p.cache_batch_idx, &p.cache_leftpad};
+        HostTensor* t = indices[d.pick(0, 3)];
+        if (!t->valid()) break;
+        const TensorView view = t->view();
+        const int64_t row = d.pick(0, view.shape[0] - 1), col = view.rank > 1 ? d.pick(0, view.shape[1] - 1) : 0;
+        const double value = static_cast<double>(d.pick(-3, 40));
+        if (view.rank > 1) {
+          t->set({row, col}, value);
+        } else {
+          t->set({row}, value);
+        }
+        break;
+      }
+      default: a.num_splits = static_cast<int>(d.pick(-2, 130)); break;
+    }
+  }
+  keep_claims_within_buffers(&v);
+  std::size_t bytes = 0;
+  const Status ws = kvcache_workspace_size(a, &bytes);
+  ASSERT_TRUE(known_code(ws)) << ws.message;
+  std::vector<unsigned char> workspace(ws.ok() ? bytes + 16 : 0);
+  if (ws.ok() && bytes > 0) a.workspace = workspace.data(), a.workspace_bytes = bytes;
+  const Status sup = supports(a);
+  EXPECT_EQ(sup.code, ws.code) << "supports() and the workspace query disagree: " << sup.message << " / " << ws.message;
+  // The expectation before the call (which appends into the caches), for a call nothing mutated.
+  KVExpected expected;
+  const bool compare = !mutated && ws.ok();
+  if (compare) expected = expect_of(p);
+  p.out.poison();
+  p.lse.poison();
+  for (HostTensor* t : {&p.q, &p.k_new, &p.v_new, &p.rotary_cos, &p.rotary_sin, &p.cache_seqlens, &p.block_table,
+                        &p.cache_batch_idx, &p.cache_leftpad, &p.out, &p.lse, &p.k_cache, &p.v_cache}) {
+    if (t->valid()) t->snapshot();
+  }
+  const Status run = kvcache_forward(a);
+  ASSERT_TRUE(known_code(run)) << run.message;
+  EXPECT_EQ(run.code, ws.code) << "the run and the workspace query disagree: " << run.message << " / " << ws.message;
+  tally->accepted += run.ok() ? 1 : 0;
+  if (compare && run.ok()) {
+    expect_kvcache_matches(p, expected);
+    ++tally->compared;
+  }
+}
+
+TEST(Fuzz, KVCacheCalls) {
+  const int64_t iterations = std::stoll(test_flag("fuzz-iterations", "300"));
+  const uint64_t given = std::stoull(test_flag("fuzz-seed", "0"));
+  const uint64_t first = given != 0 ? given : process_seed();
+  Tally tally;
+  int64_t failed = 0;
+  std::signal(SIGABRT, say_seed_and_abort);
+  std::printf("[  FUZZ    ] KV cache: seeds %llu .. %llu\n", static_cast<unsigned long long>(first),
+              static_cast<unsigned long long>(first + iterations - 1));
+  std::fflush(stdout);
+  for (int64_t i = 0; i < iterations && !HasFatalFailure(); ++i) {
+    const int failures_before = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
+    kv_fuzz_iteration(first + i, &tally);
+    const int failures_now = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
+    if (failures_now > failures_before && failed++ < 5) {
+      ADD_FAILURE() << "KV-cache iteration " << i << ": replay with --fuzz-seed=" << first + i
+                    << " --fuzz-iterations=1 --gtest_filter=Fuzz.KVCacheCalls";
+    }
+  }
+  std::printf("[  FUZZ    ] KV cache: %lld mutated calls from seed %llu; %lld accepted, %lld of them checked against "
+              "the reference; failing iterations: %lld\n",
+              static_cast<long long>(iterations), static_cast<unsigned long long>(first),
+              static_cast<long long>(tally.accepted), static_cast<long long>(tally.compared),
+              static_cast<long long>(failed));
 }
 
 // Seeds that once found a defect, replayed on every run (the CI's sanitizer run included): 7782351 —

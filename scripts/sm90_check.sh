@@ -20,11 +20,24 @@ B=${BUILD_DIR:-build-sm90}
 HDIMS="64;128;192;256"
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/check.log"; }
+# The device tool stops a command at 600 s: every step is cut to what is left of DEADLINE seconds
+# (default 570) so that the logs are still packed and come back; a step with under 20 s left is
+# skipped, saying so (run it in a second call with STEPS=).
+started=$(date +%s)
+DEADLINE=${DEADLINE:-570}
+left() { echo $(( DEADLINE - ($(date +%s) - started) - 10 )); }
 # run NAME SECONDS CMD...: CMD under a timeout, its output in OUT/NAME.log, its exit status logged,
 # then its test counts, failed tests and where their errors lie (first 20 lines).
 run() {
   local name=$1 seconds=$2
   shift 2
+  local remaining
+  remaining=$(left)
+  if [ "$remaining" -lt 20 ]; then
+    echo "$name skipped: $remaining s left of DEADLINE" | tee -a "$OUT/check.log"
+    return
+  fi
+  [ "$seconds" -gt "$remaining" ] && seconds=$remaining
   timeout "$seconds" "$@" >"$OUT/$name.log" 2>&1
   echo "$name rc $?" | tee -a "$OUT/check.log"
   grep -E "^\[  (PASSED|SKIPPED|FAILED) +\] [0-9]+ tests?|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/$name.log" |
@@ -122,20 +135,18 @@ fi
 if has bench && [ "$hung" = 1 ]; then
   log "bench skipped: the smoke case hung"
 elif has bench; then
-  [ -n "${pip_pid:-}" ] && wait "$pip_pid"
+  if [ -n "${pip_pid:-}" ]; then  # the package for flashattn-py's rows, while there is time for it
+    while kill -0 "$pip_pid" 2>/dev/null && [ "$(left)" -gt 90 ]; do sleep 2; done
+  fi
   log "bench (pip rc $(cat "$OUT/pip.rc" 2>/dev/null))"
   # shellcheck disable=SC2086
-  timeout 900 python3 bench/bench_gpu.py --lib "$B/libflashattn_c.so" $BENCH_ARGS --out "$OUT/bench.json" \
-    >"$OUT/bench.log" 2>&1
-  echo "bench rc $?" | tee -a "$OUT/check.log"
-  tail -60 "$OUT/bench.log"
+  run bench 900 python3 bench/bench_gpu.py --lib "$B/libflashattn_c.so" $BENCH_ARGS --out "$OUT/bench.json"
+  tail -60 "$OUT/bench.log" 2>/dev/null
 fi
 
 if has ncu; then
   log "ncu"
-  LIB="$B/libflashattn_c.so" FA_PATH=sm90 CASES="${NCU_CASES:-$NCU_DEFAULT}" scripts/gpu_profile.sh "$OUT" \
-    >"$OUT/ncu.log" 2>&1
-  echo "ncu rc $?" | tee -a "$OUT/check.log"
+  run ncu 600 env LIB="$B/libflashattn_c.so" FA_PATH=sm90 CASES="${NCU_CASES:-$NCU_DEFAULT}" scripts/gpu_profile.sh "$OUT"
 fi
 
 # The device tool brings back at most 8 files: keep the summary log and the benchmark record as

@@ -105,6 +105,11 @@ struct Views {
   std::vector<TensorView*> all;
   std::vector<int64_t> buffer_bytes;  // bytes available from each view's data pointer
   bool layout_mutated = false;
+
+  void add(TensorView* t, const HostTensor& h) {
+    all.push_back(t);
+    buffer_bytes.push_back(h.valid() ? static_cast<int64_t>(h.storage_bytes() - h.view_byte_offset()) : 0);
+  }
 };
 
 // x + delta, or x where that overflows: the fuzzer's own arithmetic stays defined (UBSan aborts on
@@ -280,10 +285,7 @@ void fuzz_iteration(uint64_t seed, Tally* tally) {
   ForwardArgs f = p.forward_args(host);
   BackwardArgs b = p.backward_args(host);
   Views v;
-  const auto add = [&](TensorView* t, const HostTensor& h) {
-    v.all.push_back(t);
-    v.buffer_bytes.push_back(h.valid() ? static_cast<int64_t>(h.storage_bytes() - h.view_byte_offset()) : 0);
-  };
+  const auto add = [&](TensorView* t, const HostTensor& h) { v.add(t, h); };
   AttentionArgs& common = backward_call ? static_cast<AttentionArgs&>(b) : static_cast<AttentionArgs&>(f);
   add(&common.q, p.q), add(&common.k, paged_call ? p.k_pages : p.k), add(&common.v, paged_call ? p.v_pages : p.v);
   if (paged_call) add(&f.block_table, p.block_table);
@@ -325,27 +327,42 @@ void fuzz_iteration(uint64_t seed, Tally* tally) {
   if (paged_call) tally->paged_accepted += tally->accepted - accepted_before;
 }
 
-TEST(Fuzz, EveryCallAnswersAndAcceptedCallsAreRight) {
-  const int64_t iterations = std::stoll(test_flag("fuzz-iterations", "300"));
-  const uint64_t given = std::stoull(test_flag("fuzz-seed", "0"));
-  const uint64_t first = given != 0 ? given : process_seed();
+// The seeds of a fuzz test: --fuzz-iterations of them from --fuzz-seed (else the test seed),
+// `iteration` run on each; a failing one is named with the flags that replay it (the first five).
+struct FuzzRun {
+  uint64_t first = 0;
+  int64_t iterations = 0, failed = 0;
   Tally tally;
-  int64_t failed = 0;
+};
+
+FuzzRun run_seeds(const char* what, const char* test_name, void (*iteration)(uint64_t, Tally*)) {
+  FuzzRun r;
+  r.iterations = std::stoll(test_flag("fuzz-iterations", "300"));
+  const uint64_t given = std::stoull(test_flag("fuzz-seed", "0"));
+  r.first = given != 0 ? given : process_seed();
   std::signal(SIGABRT, say_seed_and_abort);
-  std::printf("[  FUZZ    ] seeds %llu .. %llu (iteration i uses the first + i)\n", static_cast<unsigned long long>(first),
-              static_cast<unsigned long long>(first + iterations - 1));
+  std::printf("[  FUZZ    ] %sseeds %llu .. %llu (iteration i uses the first + i)\n", what,
+              static_cast<unsigned long long>(r.first), static_cast<unsigned long long>(r.first + r.iterations - 1));
   std::fflush(stdout);  // before a sanitizer may abort the process
-  for (int64_t i = 0; i < iterations && !HasFatalFailure(); ++i) {
+  for (int64_t i = 0; i < r.iterations && !::testing::Test::HasFatalFailure(); ++i) {
     const int failures_before = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
-    fuzz_iteration(first + i, &tally);
+    iteration(r.first + i, &r.tally);
     const int failures_now = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
-    if (failures_now > failures_before && failed++ < 5) ADD_FAILURE() << "iteration " << i << ": replay with --fuzz-seed=" << first + i << " --fuzz-iterations=1";
+    if (failures_now > failures_before && r.failed++ < 5) {
+      ADD_FAILURE() << "iteration " << i << ": replay with --fuzz-seed=" << r.first + i
+                    << " --fuzz-iterations=1 --gtest_filter=" << test_name;
+    }
   }
+  return r;
+}
+
+TEST(Fuzz, EveryCallAnswersAndAcceptedCallsAreRight) {
+  const FuzzRun r = run_seeds("", "Fuzz.EveryCallAnswersAndAcceptedCallsAreRight", fuzz_iteration);
   std::printf("[  FUZZ    ] corpus: %lld mutated calls from seed %llu; %lld accepted (%lld paged), %lld of them checked "
               "against the reference; crashes: 0 (the process is still here); failing iterations: %lld\n",
-              static_cast<long long>(iterations), static_cast<unsigned long long>(first),
-              static_cast<long long>(tally.accepted), static_cast<long long>(tally.paged_accepted),
-              static_cast<long long>(tally.compared), static_cast<long long>(failed));
+              static_cast<long long>(r.iterations), static_cast<unsigned long long>(r.first),
+              static_cast<long long>(r.tally.accepted), static_cast<long long>(r.tally.paged_accepted),
+              static_cast<long long>(r.tally.compared), static_cast<long long>(r.failed));
 }
 
 // A small valid KV-cache call: a contiguous cache (rows of a larger one through cache_batch_idx, or
@@ -390,10 +407,7 @@ void kv_fuzz_iteration(uint64_t seed, Tally* tally) {
   DeviceMirror host{Backend::host()};
   KVCacheArgs a = p.args(host);
   Views v;
-  const auto add = [&](TensorView* t, const HostTensor& h) {
-    v.all.push_back(t);
-    v.buffer_bytes.push_back(h.valid() ? static_cast<int64_t>(h.storage_bytes() - h.view_byte_offset()) : 0);
-  };
+  const auto add = [&](TensorView* t, const HostTensor& h) { v.add(t, h); };
   add(&a.q, p.q), add(&a.k_cache, p.k_cache), add(&a.v_cache, p.v_cache), add(&a.k_new, p.k_new);
   add(&a.v_new, p.v_new), add(&a.rotary_cos, p.rotary_cos), add(&a.rotary_sin, p.rotary_sin);
   add(&a.cache_seqlens, p.cache_seqlens), add(&a.block_table, p.block_table);
@@ -452,29 +466,12 @@ void kv_fuzz_iteration(uint64_t seed, Tally* tally) {
 }
 
 TEST(Fuzz, KVCacheCalls) {
-  const int64_t iterations = std::stoll(test_flag("fuzz-iterations", "300"));
-  const uint64_t given = std::stoull(test_flag("fuzz-seed", "0"));
-  const uint64_t first = given != 0 ? given : process_seed();
-  Tally tally;
-  int64_t failed = 0;
-  std::signal(SIGABRT, say_seed_and_abort);
-  std::printf("[  FUZZ    ] KV cache: seeds %llu .. %llu\n", static_cast<unsigned long long>(first),
-              static_cast<unsigned long long>(first + iterations - 1));
-  std::fflush(stdout);
-  for (int64_t i = 0; i < iterations && !HasFatalFailure(); ++i) {
-    const int failures_before = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
-    kv_fuzz_iteration(first + i, &tally);
-    const int failures_now = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
-    if (failures_now > failures_before && failed++ < 5) {
-      ADD_FAILURE() << "KV-cache iteration " << i << ": replay with --fuzz-seed=" << first + i
-                    << " --fuzz-iterations=1 --gtest_filter=Fuzz.KVCacheCalls";
-    }
-  }
+  const FuzzRun r = run_seeds("KV cache: ", "Fuzz.KVCacheCalls", kv_fuzz_iteration);
   std::printf("[  FUZZ    ] KV cache: %lld mutated calls from seed %llu; %lld accepted, %lld of them checked against "
               "the reference; failing iterations: %lld\n",
-              static_cast<long long>(iterations), static_cast<unsigned long long>(first),
-              static_cast<long long>(tally.accepted), static_cast<long long>(tally.compared),
-              static_cast<long long>(failed));
+              static_cast<long long>(r.iterations), static_cast<unsigned long long>(r.first),
+              static_cast<long long>(r.tally.accepted), static_cast<long long>(r.tally.compared),
+              static_cast<long long>(r.failed));
 }
 
 // Seeds that once found a defect, replayed on every run (the CI's sanitizer run included): 7782351 —

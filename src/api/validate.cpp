@@ -321,19 +321,24 @@ Status varlen_rows(const AttentionArgs& a, bool paged, FwdParams* p) {
   return Status::success();
 }
 
+// A padded batch's row counts (total_q, total_k) from batch and the sequence lengths, and whether they
+// and the element counts every backend indexes with fit in int64: views may broadcast (stride 0),
+// so the sizes alone can exceed what any memory holds.
+bool padded_counts_fit(FwdParams* p) {
+  const int64_t dim = std::max(p->hdim_qk, p->hdim_v);
+  int64_t row_elems = 0, elems = 0;
+  return !(__builtin_mul_overflow(p->batch, p->seqlen_q, &p->total_q) ||
+           __builtin_mul_overflow(p->batch, p->seqlen_k, &p->total_k) ||
+           __builtin_mul_overflow(std::max(p->heads_q, p->heads_kv), dim, &row_elems) ||
+           __builtin_mul_overflow(std::max(p->total_q, p->total_k), row_elems, &elems));
+}
+
 // A padded batch: q [batch, seqlen_q, heads_q, d], k and v [batch, seqlen_k, heads_kv, d].
 Status padded_rows(const AttentionArgs& a, FwdParams* p) {
   p->batch = a.q.shape[0];
   p->seqlen_q = a.q.shape[1];
   p->seqlen_k = a.k.shape[1];
-  // Views may broadcast (stride 0), so the sizes alone can exceed what any memory holds: the
-  // row and element counts every backend indexes with must still fit in int64.
-  const int64_t dim = std::max(p->hdim_qk, p->hdim_v);
-  int64_t row_elems = 0, elems = 0;
-  if (__builtin_mul_overflow(p->batch, p->seqlen_q, &p->total_q) ||
-      __builtin_mul_overflow(p->batch, p->seqlen_k, &p->total_k) ||
-      __builtin_mul_overflow(std::max(p->heads_q, p->heads_kv), dim, &row_elems) ||
-      __builtin_mul_overflow(std::max(p->total_q, p->total_k), row_elems, &elems)) {
+  if (!padded_counts_fit(p)) {
     Message m;
     m << "q: shape " << shape_str(a.q) << " and k: shape " << shape_str(a.k) << " hold more than 2^63 elements";
     return Status::invalid(m.str());
@@ -695,13 +700,7 @@ Status to_params(const KVCacheArgs& a, KVCacheParams* p) {
     m << "heads: heads_q = " << p->heads_q << " is not a multiple of heads_kv = " << p->heads_kv << " (k_cache, v_cache)";
     return Status::invalid(m.str());
   }
-  // As in the forward: the row and element counts the backends index with fit in int64.
-  const int64_t dim = std::max(p->hdim_qk, p->hdim_v);
-  int64_t row_elems = 0, elems = 0;
-  if (__builtin_mul_overflow(p->batch, p->seqlen_q, &p->total_q) ||
-      __builtin_mul_overflow(p->batch, p->seqlen_k, &p->total_k) ||
-      __builtin_mul_overflow(std::max(p->heads_q, p->heads_kv), dim, &row_elems) ||
-      __builtin_mul_overflow(std::max(p->total_q, p->total_k), row_elems, &elems)) {
+  if (!padded_counts_fit(p)) {
     Message m;
     m << "q: shape " << shape_str(a.q) << " and a cache of " << p->seqlen_k << " keys per sequence hold more than 2^63 elements";
     return Status::invalid(m.str());

@@ -6,7 +6,7 @@
 # on one cell per head dim. Every command runs under a timeout, so a hang costs minutes, not the call.
 #
 #   scripts/sm90_check.sh forward|backward OUT_DIR
-#   STEPS=build,test,sanitize,bench,ncu  BUILD_DIR=build-sm90  BENCH_ARGS="--parts grid --modes bwd"
+#   STEPS=build,test,sanitize,python,bench,ncu  BUILD_DIR=build-sm90  BENCH_ARGS="--parts grid --modes bwd"
 #   PREBUILT=FILE.tar.xz: a build folder packed elsewhere (scripts/sm90_prebuild.sh) instead of the
 #   build step's C++ part (the Python package is still built here: it links this machine's PyTorch;
 #   PY_INSTALL=0 when it is installed already).
@@ -83,6 +83,8 @@ if has build; then
   if [ -n "${PREBUILT:-}" ]; then
     mkdir -p "$B" && tar -xJf "$PREBUILT" -C "$B" >"$OUT/build.log" 2>&1 || { log "unpacking FAILED"; exit 1; }
     log "prebuilt at commit $(cat "$B/COMMIT")"
+    # The benchmark's record names the library's commit (this copy's own git HEAD may be stale).
+    export FLASHATTN_COMMIT=${FLASHATTN_COMMIT:-$(cat "$B/COMMIT")}
   else
     { cmake -S . -B "$B" -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90a "-DFLASHATTN_HEADDIMS=$HDIMS" \
         -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_PTXAS_VERBOSE=ON &&
@@ -132,12 +134,23 @@ if has sanitize; then
   done
 fi
 
+wait_for_package() {  # the Python package (built beside the C++ one), while there is time for it
+  if [ -n "${pip_pid:-}" ]; then
+    while kill -0 "$pip_pid" 2>/dev/null && [ "$(left)" -gt 90 ]; do sleep 2; done
+  fi
+}
+
+if has python && [ "$hung" = 0 ]; then
+  wait_for_package
+  log "Python tests on the GPU (pip rc $(cat "$OUT/pip.rc" 2>/dev/null))"
+  run python 240 python3 -m pytest python/tests -q -rs -x -p no:cacheprovider
+  tail -3 "$OUT/python.log" | tee -a "$OUT/check.log"
+fi
+
 if has bench && [ "$hung" = 1 ]; then
   log "bench skipped: the smoke case hung"
 elif has bench; then
-  if [ -n "${pip_pid:-}" ]; then  # the package for flashattn-py's rows, while there is time for it
-    while kill -0 "$pip_pid" 2>/dev/null && [ "$(left)" -gt 90 ]; do sleep 2; done
-  fi
+  wait_for_package
   log "bench (pip rc $(cat "$OUT/pip.rc" 2>/dev/null))"
   # shellcheck disable=SC2086
   run bench 900 python3 bench/bench_gpu.py --lib "$B/libflashattn_c.so" $BENCH_ARGS --out "$OUT/bench.json"

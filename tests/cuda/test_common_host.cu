@@ -497,6 +497,24 @@ TEST(CudaSm90BackwardPlan, ChainBoundCallsGoToTheSplit) {
   }
 }
 
+// "auto" takes the sm90 backward where it was measured faster than sm80's (bwd_launch.hpp's
+// kBackwardAuto): D = 128 and 256, under a mask only from 2k and 4k keys, never deterministic, never D = 64.
+TEST(CudaSm90BackwardPlan, AutoWhereMeasuredFaster) {
+  using flashattn::cuda::sm90::backward_in_auto;
+  for (int64_t s : {512, 16384}) {
+    EXPECT_TRUE(backward_in_auto(128, s, false, false)) << s;
+    EXPECT_TRUE(backward_in_auto(256, s, false, false)) << s;
+    EXPECT_FALSE(backward_in_auto(64, s, false, false)) << s;
+    EXPECT_FALSE(backward_in_auto(128, s, false, true)) << s;
+  }
+  EXPECT_FALSE(backward_in_auto(128, 1024, true, false));
+  EXPECT_TRUE(backward_in_auto(128, 2048, true, false));
+  EXPECT_FALSE(backward_in_auto(256, 2048, true, false));
+  EXPECT_TRUE(backward_in_auto(256, 4096, true, false));
+  EXPECT_FALSE(backward_in_auto(256, 4096, true, true));
+  EXPECT_FALSE(backward_in_auto(64, 16384, true, false));
+}
+
 // The maps the sm90 backward encodes: none over an empty tensor (TMA takes no zero-sized dimension
 // and an empty tensor may have no data pointer); the kernel never loads through the others.
 TEST(CudaSm90BackwardPlan, EmptyTensorsGetNoMap) {

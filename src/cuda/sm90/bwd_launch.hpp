@@ -23,15 +23,21 @@ constexpr int bwd_block_n(int head_dim) { return head_dim > 128 ? 64 : 128; }
 // Whether the backward has a kernel of head dim D (hdim_qk = hdim_v = D).
 constexpr bool has_sm90_bwd(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
-// The head dims whose backward "auto" gives this family (Plan::in_auto; the others run on sm80's
-// unless a call names sm90): none until the kernels have passed their GPU tests (written and compiled
-// without a GPU, 2026-12-04); then those measured faster than sm80's backward in one process
-// (`bench_gpu.py --path sm90 --variant sm80=@sm80`, bench/summarize.py's variant table). Empty, the
-// backward direction is out of "auto" altogether and "auto" never plans it.
-inline constexpr std::array<int, 0> kBackwardAutoHeadDims = {};
-constexpr bool backward_in_auto(int head_dim) {
-  for (int d : kBackwardAutoHeadDims) {
-    if (d == head_dim) return true;
+// Where "auto" gives the backward to this family (Plan::in_auto; elsewhere sm80's runs unless a call
+// names sm90): the head dims measured faster than sm80's backward in one process, and under a mask
+// (causal, window) only from the key length where they are. H200, 2026-12-05
+// (bench/results/2026-12-05-h200-e2e622e-sm90-bwd.md, C API): D = 128 1.04–1.17 × sm80 (causal
+// 0.93 and 0.97 × at 512 and 1k), D = 256 1.01–1.12 × (causal 0.73–0.77 × at 512–2k), D = 64
+// 0.83–0.88 × everywhere, so not. Deterministic calls stay on sm80's (tested here, not yet timed).
+struct BackwardAuto {
+  int head_dim;
+  int64_t masked_from_seqlen_k;  // a masked call's (longest) key sequence at least this long
+};
+inline constexpr std::array<BackwardAuto, 2> kBackwardAuto = {{{128, 2048}, {256, 4096}}};
+constexpr bool backward_in_auto(int head_dim, int64_t seqlen_k, bool masked, bool deterministic) {
+  if (deterministic) return false;
+  for (const BackwardAuto& a : kBackwardAuto) {
+    if (a.head_dim == head_dim) return !masked || seqlen_k >= a.masked_from_seqlen_k;
   }
   return false;
 }

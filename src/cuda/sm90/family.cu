@@ -252,7 +252,7 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
                                                sm80::BwdSplit::whole(ctas))};
   plan->workspace_bytes = d.workspace.bytes;
   plan->workspace_alignment = 16;  // the pre/postprocess's vector accesses of the fp32 sums
-  plan->in_auto = backward_in_auto(inst->head_dim);
+  plan->in_auto = backward_in_auto(inst->head_dim, p.seqlen_k, mask_of(p.options).has_mask(), p.deterministic);
   plan->set(d);
   return Status::success();
 }
@@ -286,7 +286,7 @@ BwdChains bwd_chains(const BwdParams& p, int block_n, int num_sms) {
 
 const Family& sm90_family() {
   static const Family kSm90{"sm90", Device::cuda, {sm90::plan_forward, sm90::run_forward},
-                            {sm90::plan_backward, sm90::run_backward, !sm90::kBackwardAutoHeadDims.empty()}, {}};
+                            {sm90::plan_backward, sm90::run_backward, !sm90::kBackwardAuto.empty()}, {}};
   return kSm90;
 }
 

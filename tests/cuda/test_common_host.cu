@@ -23,6 +23,7 @@
 #include "cuda/sm80/fwd_traits.cuh"
 #include "cuda/sm80/scheduler.cuh"
 #include "cuda/sm80/smem_tile.cuh"
+#include "cuda/sm90/bwd_grid_order.cuh"
 #include "cuda/sm90/bwd_launch.hpp"
 #include "cuda/sm90/bwd_maps.hpp"
 

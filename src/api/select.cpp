@@ -6,8 +6,9 @@
 namespace flashattn {
 
 // Fastest first. Adding a family: its folder, one line here, its sources in the build. sm90 runs
-// only on compute capability 9.0; its backward only when named (path = "sm90": Direction::in_auto,
-// Plan::in_auto); whatever it refuses, "auto" finds in the next family.
+// only on compute capability 9.0; its backward in "auto" only for the calls its plan lets "auto"
+// have (Plan::in_auto: where it measured faster than sm80's); whatever it refuses, "auto" finds in
+// the next family.
 const std::vector<const Family*>& family_table() {
   static const std::vector<const Family*> kFamilies = {&cuda::sm90_family(), &cuda::sm80_family(),
                                                        &cuda::decode_family(), &cpu::family()};

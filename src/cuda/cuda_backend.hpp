@@ -11,8 +11,8 @@ bool device_available();
 // The portable tensor-core path (mma.sync, ldmatrix, cp.async): sm_80 and later.
 const Family& sm80_family();
 
-// Hopper (sm_90a: TMA, mbarrier, wgmma): compute capability 9.0 only; its backward is chosen only
-// when named (path = "sm90") until it has passed its GPU tests.
+// Hopper (sm_90a: TMA, mbarrier, wgmma): compute capability 9.0 only; "auto" takes its backward only
+// where it measured faster than sm80's (sm90/bwd_launch.hpp's kBackwardAuto).
 const Family& sm90_family();
 
 // Writes 0 to the rows of `count` packed outputs that no sequence covers (params.hpp's PackedRows),

@@ -121,12 +121,12 @@ Status check_head_dim(const char* what, int64_t d) {
   return Status::success();
 }
 
-// Row and head strides of a [.., rows, heads, d] view (rank 3 or 4).
 // Stride i of a view as the params carry it: 0 for an empty view. An empty view addresses nothing, so
 // check_view does not bound its strides, and a backend that forms b · stride for every batch or head
 // (touching no element) must not overflow on a stride that no element needed.
 int64_t addressed_stride(const TensorView& t, int i) { return t.numel() == 0 ? 0 : t.stride[i]; }
 
+// Row and head strides of a [.., rows, heads, d] view (rank 3 or 4).
 void strides_of(const TensorView& t, bool varlen, int64_t* batch, int64_t* row, int64_t* head) {
   int o = varlen ? 0 : 1;
   *batch = varlen ? 0 : addressed_stride(t, 0);

@@ -7,7 +7,7 @@ renumbered virtual registers).
   git stash; python3 scripts/ptx_snapshot.py build /tmp/before; git stash pop
   python3 scripts/ptx_snapshot.py build /tmp/after; diff -r /tmp/before /tmp/after
 
-Reads BUILD_DIR/compile_commands.json and reruns each sm80 instance's nvcc command once per
+Reads BUILD_DIR/compile_commands.json and reruns each sm80 and sm90 instance's nvcc command once per
 -gencode pair:
   PTX (default): with -ptx for the pair's compute capability; the comment lines are dropped (they
     name the source path). Writes NAME.ARCH.ptx.
@@ -35,7 +35,7 @@ def jobs_of(build_dir, out_dir, sass, only):
     jobs = []
     for entry in json.load(open(os.path.join(build_dir, "compile_commands.json"))):
         src = entry["file"]
-        if not re.search(r"/sm80_(fwd|bwd)/[^/]+\.cu$", src):
+        if not re.search(r"/sm(80|90)_(fwd|bwd)/[^/]+\.cu$", src):
             continue
         name = os.path.splitext(os.path.basename(src))[0]
         if only and not re.search(only, name):

@@ -461,40 +461,59 @@ TEST(CudaBackwardSplit, LastWaveOfEqualBlocks) {
 // The sm90 backward's plan leaves chain-bound calls to sm80's split (bwd_launch.hpp's bwd_chains), on
 // the H200's 132 SMs: the benchmark's GQA/MQA rows run on sm90, MQA at batch 1 and lone heads do not.
 TEST(CudaSm90BackwardPlan, ChainBoundCallsGoToTheSplit) {
-  using flashattn::cuda::sm90::bwd_block_n;
   using flashattn::cuda::sm90::bwd_chains;
-  const int bn = bwd_block_n(128);
+  const int hd = 128;  // the kernel whose steps are counted (128 keys, 64 query rows)
   // GQA rows (causal, hdim 128, 32 query heads): 32/8 and 32/4 at batch 2 x 16k, 32/1 at 2 x 16k (the
   // longest 8192 steps of 1.06M: 1.02 x an SM's share, inside the margin), 8 x 4k, 16 x 2k.
   for (auto p : {bwd_shape(2, 16384, 32, 8, true), bwd_shape(2, 16384, 32, 4, true), bwd_shape(2, 16384, 32, 1, true),
                  bwd_shape(8, 4096, 32, 1, true), bwd_shape(16, 2048, 32, 1, true)}) {
-    const auto c = bwd_chains(p, bn, 132);
+    const auto c = bwd_chains(p, hd, 132);
     EXPECT_FALSE(c.chain_bound) << p.batch << " x " << p.seqlen_q << ", " << p.heads_q << "/" << p.heads_kv
                                 << ": longest " << c.longest << " of " << c.steps;
   }
   // The grid's cells: no mask, every block alike and many of them; causal, longest first.
   for (bool causal : {false, true}) {
     for (int64_t s = 512; s <= 16384; s *= 2) {
-      EXPECT_FALSE(bwd_chains(bwd_shape(16384 / s, s, 16, 16, causal), bn, 132).chain_bound) << s;
+      EXPECT_FALSE(bwd_chains(bwd_shape(16384 / s, s, 16, 16, causal), hd, 132).chain_bound) << s;
     }
   }
   // MQA 32/1 at batch 1, causal 8k: the first key block walks 4096 of ~133k steps (30 x an SM's share).
-  auto c = bwd_chains(bwd_shape(1, 8192, 32, 1, true), bn, 132);
+  auto c = bwd_chains(bwd_shape(1, 8192, 32, 1, true), hd, 132);
   EXPECT_TRUE(c.chain_bound);
   EXPECT_EQ(c.ctas, 64);
   EXPECT_EQ(c.longest, 4096);
   // One head without a mask, 64 blocks of 128 steps on 132 SMs: left to the split (last wave).
-  EXPECT_TRUE(bwd_chains(bwd_shape(1, 8192, 1, 1, false), bn, 132).chain_bound);
+  EXPECT_TRUE(bwd_chains(bwd_shape(1, 8192, 1, 1, false), hd, 132).chain_bound);
   // Short chains run here whatever the grid (a small problem), and a 1-SM plan (the tests') takes all.
-  EXPECT_FALSE(bwd_chains(bwd_shape(1, 4096, 1, 1, false), bn, 132).chain_bound);  // 64 steps
-  EXPECT_FALSE(bwd_chains(bwd_shape(1, 8192, 32, 1, true), bn, 1).chain_bound);
+  EXPECT_FALSE(bwd_chains(bwd_shape(1, 4096, 1, 1, false), hd, 132).chain_bound);  // 64 steps
+  EXPECT_FALSE(bwd_chains(bwd_shape(1, 8192, 32, 1, true), hd, 1).chain_bound);
   // Empty problems walk nothing: run here (dK = dV = 0), not refused as chain-bound.
   for (auto p : {bwd_shape(0, 8192, 1, 1, false), bwd_shape(1, 8192, 1, 1, false)}) {
     if (p.batch == 1) p.seqlen_k = 0;
-    const auto e = bwd_chains(p, bn, 132);
+    const auto e = bwd_chains(p, hd, 132);
     EXPECT_FALSE(e.chain_bound) << "longest " << e.longest << " of " << e.steps;
     EXPECT_EQ(e.longest, 0);
   }
+}
+
+// The steps' shapes (bwd_launch.hpp): 128 query rows at D = 64 (D = 128's work per step), 64 above;
+// the plan counts a call's chains in those steps.
+TEST(CudaSm90BackwardPlan, StepShapes) {
+  using flashattn::cuda::sm90::bwd_block_m;
+  using flashattn::cuda::sm90::bwd_block_n;
+  using flashattn::cuda::sm90::bwd_chains;
+  EXPECT_EQ(bwd_block_m(64), 128);
+  EXPECT_EQ(bwd_block_n(64), 128);
+  EXPECT_EQ(bwd_block_m(128), 64);
+  EXPECT_EQ(bwd_block_n(128), 128);
+  EXPECT_EQ(bwd_block_m(256), 64);
+  EXPECT_EQ(bwd_block_n(256), 64);
+  // MQA 32/1 at batch 1, causal 8k: the first key block walks every query block of every head.
+  const auto c64 = bwd_chains(bwd_shape(1, 8192, 32, 1, true), 64, 132);
+  EXPECT_EQ(c64.ctas, 64);
+  EXPECT_EQ(c64.longest, 32 * 8192 / 128);
+  const auto c128 = bwd_chains(bwd_shape(1, 8192, 32, 1, true), 128, 132);
+  EXPECT_EQ(c128.longest, 32 * 8192 / 64);
 }
 
 // "auto" takes the sm90 backward where it was measured faster than sm80's (bwd_launch.hpp's

@@ -1,7 +1,8 @@
 // The sm90 backward's main kernel (docs/kernels-sm90-backward.md): one CTA per key block of 128 keys
 // (and kv head, sequence), dK and dV in registers over every query block of every query head of the
 // kv head's group, wgmma for all five products. Two warpgroups, 64 keys each. Per step (a query
-// block of 64 rows of one query head), with Q, dO, LSE·log2e and D of the step in shared memory:
+// block of one query head: 64 rows at D = 128, 128 at D = 64), with Q, dO, LSE·log2e and D of the
+// step in shared memory:
 //
 //   Sᵀ  = K_w·Qᵀ,  dPᵀ = V_w·dOᵀ                 (SS; this warpgroup's keys as the M dimension)
 //   Pᵀ  = exp2(Sᵀ·scale·log2e − LSE·log2e)       (masked where the tile straddles the mask;
@@ -9,17 +10,17 @@
 //                                                 dSᵀ → shared memory, [key][query]
 //   dV += Pᵀ·dO,  dK += dSᵀ·Q                     (RS: Pᵀ and dSᵀ from registers, as the forward's P)
 //   ── both warpgroups' dSᵀ stored (named barrier) ──
-//   dQ[:, half w] = dS·K[:, half w]               (SS: dS as the MN-major A operand, k over all 128
-//                                                 keys; D = 64: all columns, by warpgroup k % 2),
-//                                                 red.add into the fp32 accumulator (row-major rows
-//                                                 of the workspace, bwd_params.cuh; the postprocess
-//                                                 scales)
+//   dQ part w = dS·K                              (SS: dS as the MN-major A operand, k over all 128
+//                                                 keys; part w of the step's dQ: D = 128 its columns
+//                                                 64w.., D = 64 its queries 64w..), red.add into the
+//                                                 fp32 accumulator (row-major rows of the workspace,
+//                                                 bwd_params.cuh; the postprocess scales)
 //
 // The queries' side is the transposed one (FlashAttention-3's): the wgmma accumulator of Sᵀ has the
 // keys as rows, so P and dS feed dV and dK from registers with no shuffle, and the key-side sums
 // stay in registers. Thread 0 issues the TMA loads of a step two steps ahead (three stages, each
-// freed by the named barrier of the step in between); LSE and D are read by 128 threads into
-// shared memory the same two steps ahead.
+// freed by the named barrier of the step in between); LSE and D are read by 2·kBlockM threads
+// into shared memory the same two steps ahead.
 //
 // Rows past a sequence: keys past seqlen_k are masked (P = 0) and query rows past seqlen_q have
 // LSE = +inf in the workspace (P = 0); their rows of K, V, Q and dO must also be zeros, or else
@@ -48,17 +49,20 @@
 
 namespace flashattn::cuda::sm90 {
 
-// Two warpgroups of 64 keys each, three stages of Q and dO.
+// Two warpgroups of 64 keys each, three stages of Q and dO. A step's query rows: 64 at D = 128; 128
+// at D = 64, so that a step is as much work as D = 128's (Sᵀ and dPᵀ of 64 keys × 128 queries, 64
+// floats a thread each, the same register peak with half of dK and dV) for the same barrier and
+// waits (FlashAttention-3's 128 × 128 tile at this head dim).
 template <class TagT, int kHeadDim>
-struct BwdTraits : BwdLayout<TagT, kHeadDim, 2 * kWarpgroupRows, 3> {
+struct BwdTraits : BwdLayout<TagT, kHeadDim, 2 * kWarpgroupRows, 3, kHeadDim == 64 ? 128 : 64> {
+  using Layout = BwdLayout<TagT, kHeadDim, 2 * kWarpgroupRows, 3, kHeadDim == 64 ? 128 : 64>;
   // dQ = dS·K over all 128 keys, so each element of the accumulator gets one fp32 addition per key
-  // block (those additions in L2, not their issue, are what dQ costs: kernels-sm80-backward.md). D =
-  // 128: each warpgroup half the columns, its 64-column chunk of K. D = 64 (one chunk, which a
-  // 32-column half would enter mid-row): all the columns, by one warpgroup a step, warpgroup k % 2;
-  // the accumulator is 32 floats a thread either way.
-  static constexpr bool kDqAlternate = kHeadDim == 64;
-  static constexpr int kDqCols = kDqAlternate ? kHeadDim : kHeadDim / 2;
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "dQ's split is written for D = 64 and 128");
+  // block (those additions in L2, not their issue, are what dQ costs: kernels-sm80-backward.md). The
+  // step's dQ (kBlockM × D) is two 64 × 64 parts, one per warpgroup (32 floats a thread): D = 128
+  // splits the columns (K's chunk w), D = 64 the queries (dSᵀ's chunk w).
+  static constexpr int kDqColChunks = kHeadDim / kSwizzleCols;
+  static_assert(Layout::kBlockM / kSwizzleCols * kDqColChunks == 2, "dQ is two 64 x 64 parts, one per warpgroup");
+  static constexpr int kDqCols = kSwizzleCols;
 };
 
 template <class Traits>
@@ -102,16 +106,18 @@ struct BwdMainloop : BwdLoads<Traits> {
     }
   }
 
-  // Whether this warpgroup computes and adds dQ in step k (Traits::kDqAlternate).
-  __device__ bool adds_dq(int k) const { return !Traits::kDqAlternate || (k & 1) == wg; }
+  // This warpgroup's part of the step's dQ: its query chunk (64 queries) and column chunk (64
+  // columns); the side with two chunks is split.
+  __device__ int dq_query_chunk() const { return Traits::kDqColChunks == 1 ? wg : 0; }
+  __device__ int dq_col_chunk() const { return Traits::kDqColChunks == 1 ? 0 : wg; }
 
-  // This warpgroup's dQ part: dS [key][query] as the MN-major A operand (M = the 64 queries, one
-  // chunk), K as the MN-major B operand (its chunk wg at D = 128, all of it at D = 64); k over all
-  // 128 keys.
+  // This warpgroup's dQ part: dS [key][query] as the MN-major A operand (M = its 64 queries, one
+  // chunk of dSᵀ), K as the MN-major B operand (its 64-column chunk); k over all 128 keys.
   __device__ __forceinline__ void issue_dq(float (&dq)[Traits::kDqCols / 2], int buf) const {
-    const uint32_t chunk = Traits::kDqAlternate ? 0 : wg * Traits::kKVChunkBytes;
-    const uint64_t desc_a = ptx::wgmma_desc_mn_major(sm.ds(buf), kSw, Traits::kDsBytes);
-    const uint64_t desc_b = ptx::wgmma_desc_mn_major(sm.k() + chunk, kSw, Traits::kKVChunkBytes);
+    const uint64_t desc_a =
+        ptx::wgmma_desc_mn_major(sm.ds(buf) + dq_query_chunk() * Traits::kDsChunkBytes, kSw, Traits::kDsChunkBytes);
+    const uint64_t desc_b =
+        ptx::wgmma_desc_mn_major(sm.k() + dq_col_chunk() * Traits::kKVChunkBytes, kSw, Traits::kKVChunkBytes);
 #pragma unroll
     for (int kk = 0; kk < Traits::kBlockN / 16; ++kk) {
       ptx::wgmma_ss<Traits::kDqCols, Tag, ptx::Major::MN, ptx::Major::MN>(
@@ -136,13 +142,14 @@ struct BwdMainloop : BwdLoads<Traits> {
   // dSᵀ (this warp's fragment as `frag` maps it) into the 128B-swizzled [key][query] tile (a row: the
   // key's 64 queries, 128 bytes).
   __device__ __forceinline__ void store_ds(const BwdScoreTile& frag, const float (&ds)[kN / 2], int buf) const {
-    store_fragment<Tag, kN>(frag, ds, sm.generic + Traits::kDS + buf * Traits::kDsBytes);
+    store_fragment<Tag, kN, Traits::kDsChunkBytes>(frag, ds, sm.generic + Traits::kDS + buf * Traits::kDsBytes);
   }
 
-  // red.add of this warpgroup's dQ part into the step's accumulator rows.
+  // red.add of this warpgroup's dQ part into the step's accumulator rows (the accumulator's rows:
+  // this warp's 16 of the part's 64 queries).
   __device__ __forceinline__ void add_dq(const float (&dq)[Traits::kDqCols / 2], int k) const {
-    add_dq_fragment<Traits::kD, Traits::kDqCols>(p, kb.ws_row(p, k, Traits::kBlockM) + (row0 % kWarpgroupRows) + g,
-                                                 Traits::kDqAlternate ? 0 : wg * Traits::kDqCols, t, dq);
+    const int64_t row = kb.ws_row(p, k, Traits::kBlockM) + dq_query_chunk() * kSwizzleCols + row0 % kWarpgroupRows + g;
+    add_dq_fragment<Traits::kD, Traits::kDqCols>(p, row, dq_col_chunk() * Traits::kDqCols, t, dq);
   }
 };
 
@@ -199,18 +206,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (tid < 2 * Traits::kBlockM && k + kAhead < kb.steps) next_scalar = ml.read_row_scalar(k + kAhead);
 
     float dq[Traits::kDqCols / 2];
-    const bool adds_dq = ml.adds_dq(k);  // uniform over the warpgroup, as wgmma needs
-    if (adds_dq) {
-      ptx::wgmma_fence();
-      ml.issue_dq(dq, buf);
-    }
+    ptx::wgmma_fence();
+    ml.issue_dq(dq, buf);
     ptx::wgmma_wait<0>();
     ptx::wgmma_fence_operand(dq);
     ptx::wgmma_fence_operand(dv);
     ptx::wgmma_fence_operand(dk);
     ml.wait_dq_turn(k);
     if (p.deterministic) __syncthreads();
-    if (adds_dq) ml.add_dq(dq, k);
+    ml.add_dq(dq, k);
     if (p.deterministic) {
       __syncthreads();  // every thread's additions before the release
       ml.pass_dq_turn(k);

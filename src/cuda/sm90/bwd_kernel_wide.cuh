@@ -107,7 +107,8 @@ struct BwdWideMainloop : BwdLoads<Traits> {
   // [key][query] tile.
   __device__ __forceinline__ void store_tile(const BwdScoreTile& frag, const float (&x)[Traits::kQueries / 2],
                                              int tile) const {
-    store_fragment<Tag, Traits::kQueries>(frag, x, sm.generic + Traits::kDS + tile * Traits::kDsBytes);
+    store_fragment<Tag, Traits::kQueries, Traits::kDsChunkBytes>(frag, x,
+                                                                 sm.generic + Traits::kDS + tile * Traits::kDsBytes);
   }
 
   // red.add of this warpgroup's dQ columns into the step's accumulator rows.

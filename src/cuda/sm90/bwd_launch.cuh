@@ -1,4 +1,4 @@
-// Launch code of the sm90 backward's main kernel: the tensor maps (Q and dO boxes of a step's 64
+// Launch code of the sm90 backward's main kernel: the tensor maps (Q and dO boxes of a step's
 // rows, K and V boxes of the CTA's keys; the forward's rank-4 views, fwd_maps.hpp), the grid (one
 // CTA per key block, kv head and sequence) and shared memory from its traits. Included only by the
 // per-instance translation units.
@@ -31,7 +31,7 @@ struct BwdKernelOf {
       return &bwd_kernel<Traits>;
     }
   }
-  static_assert(Traits::kBlockN == bwd_block_n(kHeadDim) && Traits::kBlockM == kBwdBlockM);
+  static_assert(Traits::kBlockN == bwd_block_n(kHeadDim) && Traits::kBlockM == bwd_block_m(kHeadDim));
 };
 
 template <class Tag, int kHeadDim>
@@ -40,7 +40,7 @@ Status bwd_run(const BwdParams& p, const sm80::BwdKernelParams& k) {
   using Traits = typename Of::Traits;
   const int64_t ctas = int64_t{k.num_n_blocks} * k.heads_kv * k.batch;
   if (ctas == 0) return Status::success();
-  const BwdMapSpecs specs = bwd_map_specs(p, Traits::kBlockN);
+  const BwdMapSpecs specs = bwd_map_specs(p, Traits::kBlockM, Traits::kBlockN);
   CUtensorMap tm_q{}, tm_k{}, tm_v{}, tm_do{};
   if (bwd_loads_queries(p)) {
     FLASHATTN_TRY(make_tile_map(&tm_q, p.dtype, specs.q, kBwdWho));

@@ -14,10 +14,10 @@ namespace flashattn::cuda::sm90 {
 // Who refuses or fails, in the backward's messages (plan and launch).
 inline constexpr const char* kBwdWho = "cuda sm90 backward";
 
-// The query rows of a step and the keys a CTA owns (bwd_kernel.cuh: 128 at head dims 64 and 128;
-// bwd_kernel_wide.cuh: 64 at 256): the workspace layout (sm80/bwd_params.cuh) and the grid are
-// planned with them.
-inline constexpr int kBwdBlockM = 64;
+// The query rows of a step (bwd_kernel.cuh: 128 at head dim 64, 64 at 128; bwd_kernel_wide.cuh: 64
+// at 256) and the keys a CTA owns (128 at head dims 64 and 128, 64 at 256): the workspace layout
+// (sm80/bwd_params.cuh), the tensor maps' boxes and the grid are planned with them.
+constexpr int bwd_block_m(int head_dim) { return head_dim == 64 ? 128 : 64; }
 constexpr int bwd_block_n(int head_dim) { return head_dim > 128 ? 64 : 128; }
 
 // Whether the backward has a kernel of head dim D (hdim_qk = hdim_v = D).
@@ -57,7 +57,7 @@ struct BwdChains {
   int64_t ctas = 0, longest = 0, steps = 0;
   bool chain_bound = false;
 };
-BwdChains bwd_chains(const BwdParams& p, int block_n, int num_sms);
+BwdChains bwd_chains(const BwdParams& p, int head_dim, int num_sms);  // the kernel of head_dim's steps
 
 // Builds the tensor maps of Q, K, V and dO and launches the main kernel on params.stream (never
 // synchronizes). `k` holds the workspace the preprocess has filled.

@@ -1,6 +1,7 @@
 // The tensor-map specs of the sm90 backward (plain C++, shared by the plan and the launch): Q, K, V
-// and dO as the forward's rank-4 views {d, rows, heads, batch} (fwd_maps.hpp), boxes of a step's 64
-// query rows and of a CTA's 128 keys. The plan checks them (check_tile_map), the launch encodes them.
+// and dO as the forward's rank-4 views {d, rows, heads, batch} (fwd_maps.hpp), boxes of a step's
+// query rows and of a CTA's keys (bwd_block_m, bwd_block_n). The plan checks them (check_tile_map),
+// the launch encodes them.
 #pragma once
 
 #include "backend/params.hpp"
@@ -14,17 +15,18 @@ struct BwdMapSpecs {
 };
 
 // Padded batches: {d, seqlen, heads, batch}; varlen: the packed tensors {d, total rows, heads, 1}
-// (fwd_maps.hpp's rows and batch of a call). K and V boxes of block_n keys (bwd_block_n).
-inline BwdMapSpecs bwd_map_specs(const BwdParams& p, int block_n) {
+// (fwd_maps.hpp's rows and batch of a call). Q and dO boxes of block_m rows, K and V boxes of block_n
+// keys.
+inline BwdMapSpecs bwd_map_specs(const BwdParams& p, int block_m, int block_n) {
   const int64_t rows_q = fwd_map_rows_q(p), rows_k = fwd_map_rows_k(p), batch = fwd_map_batch(p);
   return {fwd_map_spec(p.q, p.hdim_qk, rows_q, p.heads_q, batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride,
-                       kBwdBlockM),
+                       block_m),
           fwd_map_spec(p.k, p.hdim_qk, rows_k, p.heads_kv, batch, p.k_row_stride, p.k_head_stride, p.k_batch_stride,
                        block_n),
           fwd_map_spec(p.v, p.hdim_v, rows_k, p.heads_kv, batch, p.v_row_stride, p.v_head_stride, p.v_batch_stride,
                        block_n),
           fwd_map_spec(p.dout, p.hdim_v, rows_q, p.heads_q, batch, p.do_row_stride, p.do_head_stride,
-                       p.do_batch_stride, kBwdBlockM)};
+                       p.do_batch_stride, block_m)};
 }
 
 // Which maps a call's kernel ever loads through: K and V only if some sequence has keys (else every

@@ -37,13 +37,15 @@ inline constexpr uint32_t kTailBarrier = 2;
 
 // The tile of a kernel and its shared memory, every tile on a swizzle atom: K and V (kBlockN keys),
 // kStages stages of Q and dO (kBlockM query rows), two [key][query] tiles (dSᵀ double-buffered, or
-// Pᵀ and dSᵀ), then LSE·log2e and D per stage. Rows are 64-column chunks of 128 bytes.
-template <class TagT, int kHeadDim, int kKeys, int kStageCount>
+// Pᵀ and dSᵀ), then LSE·log2e and D per stage. Rows are 64-column chunks of 128 bytes; a [key][query]
+// tile's chunks hold 64 queries each (kDsChunkBytes apart).
+template <class TagT, int kHeadDim, int kKeys, int kStageCount, int kQueryRows = 64>
 struct BwdLayout {
   using Tag = TagT;
   static constexpr int kD = kHeadDim;
-  static constexpr int kBlockN = kKeys;  // keys per CTA
-  static constexpr int kBlockM = 64;     // query rows per step
+  static constexpr int kBlockN = kKeys;        // keys per CTA
+  static constexpr int kBlockM = kQueryRows;   // query rows per step
+  static_assert(kBlockM % kSwizzleCols == 0, "a step's queries are whole 64-query chunks of the [key][query] tiles");
   static constexpr int kThreads = 2 * kWarpgroupThreads;
   static constexpr int kStages = kStageCount;
   static constexpr int kChunks = kD / kSwizzleCols;
@@ -51,7 +53,8 @@ struct BwdLayout {
   static constexpr uint32_t kKVBytes = kChunks * kKVChunkBytes;
   static constexpr uint32_t kQChunkBytes = kBlockM * kSwizzleRowBytes;
   static constexpr uint32_t kQBytes = kChunks * kQChunkBytes;
-  static constexpr uint32_t kDsBytes = kBlockN * kBlockM * 2;  // [key][query]: 64 queries are one 128-byte row
+  static constexpr uint32_t kDsChunkBytes = kBlockN * kSwizzleRowBytes;  // [key][64 queries]: one 128-byte row a key
+  static constexpr uint32_t kDsBytes = kBlockM / kSwizzleCols * kDsChunkBytes;
   static constexpr uint32_t kK = 0, kV = kKVBytes, kQ = 2 * kKVBytes;
   static constexpr uint32_t kDO = kQ + kStages * kQBytes;
   static constexpr uint32_t kDS = kDO + kStages * kQBytes;
@@ -238,23 +241,27 @@ struct BwdScoreTile {
 };
 
 // A warp's fragment of Pᵀ or dSᵀ (kCols queries: its accumulator, elements as `frag` maps them),
-// converted, into a 128B-swizzled [key][query] tile of 64-query rows (128 bytes, ptx::swizzle_128b_offset):
-// the A operand of the products that read it back through a descriptor.
-template <class Tag, int kCols>
+// converted, into a 128B-swizzled [key][query] tile of 64-query chunks (kChunkBytes apart; a key's
+// row of a chunk is 128 bytes, ptx::swizzle_128b_offset): the A operand of the products that read it
+// back through a descriptor. Columns 64c.. of the fragment go to chunk c, so the fragment starts at
+// a chunk (query0 = 0) or fits in one (query0 % 64 + kCols ≤ 64).
+template <class Tag, int kCols, uint32_t kChunkBytes>
 __device__ __forceinline__ void store_fragment(const BwdScoreTile& frag, const float (&x)[kCols / 2],
                                                unsigned char* tile) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
 #pragma unroll
     for (int j = 0; j < kCols / 8; ++j) {
-      *reinterpret_cast<uint32_t*>(tile + ptx::swizzle_128b_offset(frag.key(2 * half), 2 * frag.query(j, 0))) =
+      const int chunk = j / 8, in_chunk = j % 8;  // 8 columns per j
+      *reinterpret_cast<uint32_t*>(tile + chunk * kChunkBytes +
+                                   ptx::swizzle_128b_offset(frag.key(2 * half), 2 * frag.query(in_chunk, 0))) =
           ptx::pack2<Tag>(x[4 * j + 2 * half], x[4 * j + 2 * half + 1]);
     }
   }
 }
 
 // What every warp of the backward's CTA does alike: the TMA loads of a step's Q and dO (thread 0), its
-// LSE·log2e and D (threads 0..127), and the varlen tails zeroed in shared memory. The mainloops
+// LSE·log2e and D (threads 0 .. 2·kBlockM − 1), and the varlen tails zeroed in shared memory. The mainloops
 // (bwd_kernel.cuh, bwd_kernel_wide.cuh) add their products to it.
 template <class Traits>
 struct BwdLoads {
@@ -355,7 +362,9 @@ struct BwdLoads {
     if (p.deterministic && tid == 0) ptx::red_release_add_s32(dq_counter(k), 1);
   }
 
-  // Thread tid < 128's LSE·log2e (tid < 64) or D (64 ≤ tid < 128) of row tid % 64 of step k.
+  // Thread tid < 2·kBlockM's LSE·log2e (tid < kBlockM) or D (the next kBlockM threads) of row
+  // tid % kBlockM of step k.
+  static_assert(2 * Traits::kBlockM <= Traits::kThreads, "a thread for each of a step's LSE and D");
   __device__ float read_row_scalar(int k) const {
     const int64_t row = kb.ws_row(p, k, Traits::kBlockM) + tid % Traits::kBlockM;
     return tid < Traits::kBlockM ? p.lse_log2[row] : p.dsum[row];

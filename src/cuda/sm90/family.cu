@@ -193,8 +193,8 @@ const BwdInstance* find_bwd_instance(int64_t hdim_qk, int64_t hdim_v) {
   return nullptr;
 }
 
-Status check_bwd_grid(const BwdParams& p, int block_n, int num_sms, int64_t* ctas) {
-  const BwdChains c = bwd_chains(p, block_n, num_sms);
+Status check_bwd_grid(const BwdParams& p, int head_dim, int num_sms, int64_t* ctas) {
+  const BwdChains c = bwd_chains(p, head_dim, num_sms);
   *ctas = c.ctas;
   if (c.ctas > INT_MAX) return refuse(kBwdWho, "the problem needs more than 2^31 - 1 thread blocks");
   if (c.chain_bound) {
@@ -205,8 +205,8 @@ Status check_bwd_grid(const BwdParams& p, int block_n, int num_sms, int64_t* cta
   return Status::success();
 }
 
-Status check_bwd_layout(const BwdParams& p, int block_n) {
-  const BwdMapSpecs specs = bwd_map_specs(p, block_n);
+Status check_bwd_layout(const BwdParams& p, int head_dim) {
+  const BwdMapSpecs specs = bwd_map_specs(p, bwd_block_m(head_dim), bwd_block_n(head_dim));
   if (bwd_loads_queries(p)) {  // the maps the launch encodes (bwd_maps.hpp)
     FLASHATTN_TRY(check_tile_map(p.dtype, specs.q, "cuda sm90 backward: q"));
     FLASHATTN_TRY(check_tile_map(p.dtype, specs.dout, "cuda sm90 backward: dout"));
@@ -242,13 +242,13 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
   DeviceInfo dev;
   FLASHATTN_TRY(check_hopper(kBwdWho, &dev));
   int64_t ctas = 0;
-  const int block_n = bwd_block_n(inst->head_dim);
-  FLASHATTN_TRY(check_bwd_grid(p, block_n, dev.num_sms, &ctas));
-  FLASHATTN_TRY(check_bwd_layout(p, block_n));
+  FLASHATTN_TRY(check_bwd_grid(p, inst->head_dim, dev.num_sms, &ctas));
+  FLASHATTN_TRY(check_bwd_layout(p, inst->head_dim));
   const int i = dtype_index(p.dtype);
   FLASHATTN_TRY(inst->check[i]());
   const BwdPlanDetail d{inst->run[i], inst->head_dim,
-                        sm80::workspace_layout(p, inst->head_dim, kBwdBlockM, block_n,
+                        sm80::workspace_layout(p, inst->head_dim, bwd_block_m(inst->head_dim),
+                                               bwd_block_n(inst->head_dim),
                                                sm80::BwdSplit::whole(ctas))};
   plan->workspace_bytes = d.workspace.bytes;
   plan->workspace_alignment = 16;  // the pre/postprocess's vector accesses of the fp32 sums
@@ -259,7 +259,8 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
 
 Status run_backward(const Plan& plan, const BwdParams& p) {
   const BwdPlanDetail d = plan.get<BwdPlanDetail>();
-  sm80::BwdKernelParams k = sm80::kernel_params(p, d.head_dim, kBwdBlockM, bwd_block_n(d.head_dim), d.workspace);
+  sm80::BwdKernelParams k =
+      sm80::kernel_params(p, d.head_dim, bwd_block_m(d.head_dim), bwd_block_n(d.head_dim), d.workspace);
   k.dq_row_major = true;
   k.key_blocks_outer = mask_of(p.options).has_mask() && !p.deterministic;  // bwd_tile.cuh's grid order
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
@@ -270,10 +271,11 @@ Status run_backward(const Plan& plan, const BwdParams& p) {
 
 }  // namespace
 
-BwdChains bwd_chains(const BwdParams& p, int block_n, int num_sms) {
+BwdChains bwd_chains(const BwdParams& p, int head_dim, int num_sms) {
   BwdChains c;
+  const int block_n = bwd_block_n(head_dim);
   c.ctas = (p.seqlen_k + block_n - 1) / block_n * p.heads_kv * p.batch;
-  const sm80::BwdChainSteps counted = sm80::chain_steps(p, block_n, kBwdBlockM);
+  const sm80::BwdChainSteps counted = sm80::chain_steps(p, block_n, bwd_block_m(head_dim));
   c.steps = counted.steps;
   c.longest = c.ctas == 0 || c.steps == 0 ? 0 : counted.longest;  // nothing walks (an empty batch; no keys)
   c.chain_bound = c.longest > kBwdShortChain &&

@@ -41,7 +41,7 @@ std::vector<KVCase> shape_cases() {
 std::vector<KVCase> paged_cases() {
   std::vector<KVCase> v;
   int i = 0;
-  for (int64_t page : {1, 3, 16, 64, 256}) {
+  for (int64_t page : {1, 3, 8, 16, 32, 64, 256}) {
     const KVCase c = KVCase::decode({300, 77, 0, 513}, 520, 4, 2, 64).paged(page).with(i % 2 ? DType::f16 : DType::bf16);
     v.push_back(c);
     v.push_back(c.append(4).rotate(i % 2 ? Rotary::interleaved : Rotary::half_split).causal_mask().q_rows(4));
@@ -207,22 +207,48 @@ TEST_P(KVCacheTmaLoads, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(All, KVCacheTmaLoads, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<KVCase>& info) { return info.param.name(); });
 
+// Every paged case whose pages are smaller than a key block (8, 16, 32 keys) again with the TMA
+// kernel's producer warp gathering the pages with cp.async (sm_90); the others are skipped (the
+// gather takes no other layout).
+class KVCacheGatheredLoads : public ::testing::TestWithParam<KVCase> {};
+
+TEST_P(KVCacheGatheredLoads, MatchesReference) {
+  const Backend backend{"decode", flashattn::Device::cuda};
+  FA_REQUIRE_BACKEND(backend);
+  const RouteForced route(knobs::KVCacheRoute::decode);
+  const LoadsForced gather(knobs::DecodeLoads::gather);
+  Rng rng;
+  KVProblem p = make_kv_problem(GetParam(), rng);
+  const KVExpected e = expect_of(p);
+  FA_RUN_OR_SKIP(run_kvcache(backend, p));
+  expect_kvcache_matches(p, e);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, KVCacheGatheredLoads, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<KVCase>& info) { return info.param.name(); });
+
 // A paged cache holding bitwise the same keys and values as a contiguous one gives bitwise the
 // same out and lse on the same backend, at every page size (and appends the same rows).
 class PagedEqualsContiguous : public ::testing::TestWithParam<std::tuple<Backend, int64_t>> {
  protected:
-  void expect_bitwise();
+  // The contiguous call on `contiguous_loads`, the paged one on `paged_loads`.
+  void expect_bitwise(knobs::DecodeLoads contiguous_loads, knobs::DecodeLoads paged_loads);
 };
 
-TEST_P(PagedEqualsContiguous, Bitwise) { expect_bitwise(); }
+TEST_P(PagedEqualsContiguous, Bitwise) { expect_bitwise(knobs::DecodeLoads::automatic, knobs::DecodeLoads::automatic); }
 
 // The same with the decode kernel's TMA loads (skipped where the GPU has none).
 TEST_P(PagedEqualsContiguous, BitwiseWithTmaLoads) {
-  const LoadsForced tma(knobs::DecodeLoads::tma);
-  expect_bitwise();
+  expect_bitwise(knobs::DecodeLoads::tma, knobs::DecodeLoads::tma);
 }
 
-void PagedEqualsContiguous::expect_bitwise() {
+// The paged call with its pages gathered by the producer warp (pages under a key block, sm_90; the
+// other page sizes are skipped), the contiguous one as the family chooses.
+TEST_P(PagedEqualsContiguous, BitwiseWithGatheredPages) {
+  expect_bitwise(knobs::DecodeLoads::automatic, knobs::DecodeLoads::gather);
+}
+
+void PagedEqualsContiguous::expect_bitwise(knobs::DecodeLoads contiguous_loads, knobs::DecodeLoads paged_loads) {
   const auto& [backend, page] = GetParam();
   FA_REQUIRE_BACKEND(backend);
   const KVCase c = KVCase::decode({300, 1, 77, 512}, 520, 8, 2, 64).q_rows(4).append(3).rotate(Rotary::half_split)
@@ -230,8 +256,14 @@ void PagedEqualsContiguous::expect_bitwise() {
   const uint64_t seed = Rng().next();
   Rng r1(seed), r2(seed);
   KVProblem contiguous = make_kv_problem(c, r1), paged = make_kv_problem(c.paged(page), r2);
-  FA_RUN_OR_SKIP(run_kvcache(backend, contiguous));
-  FA_RUN_OR_SKIP(run_kvcache(backend, paged));
+  {
+    const LoadsForced loads(contiguous_loads);
+    FA_RUN_OR_SKIP(run_kvcache(backend, contiguous));
+  }
+  {
+    const LoadsForced loads(paged_loads);
+    FA_RUN_OR_SKIP(run_kvcache(backend, paged));
+  }
   ASSERT_EQ(contiguous.out.storage_bytes(), paged.out.storage_bytes());
   EXPECT_EQ(std::memcmp(contiguous.out.storage(), paged.out.storage(), paged.out.storage_bytes()), 0) << "out differs";
   EXPECT_EQ(std::memcmp(contiguous.lse.storage(), paged.lse.storage(), paged.lse.storage_bytes()), 0) << "lse differs";
@@ -248,7 +280,7 @@ void PagedEqualsContiguous::expect_bitwise() {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, PagedEqualsContiguous,
-                         ::testing::Combine(::testing::ValuesIn(all_backends()), ::testing::Values(1, 3, 16, 64, 256)),
+                         ::testing::Combine(::testing::ValuesIn(all_backends()), ::testing::Values(1, 3, 16, 32, 64, 256)),
                          [](const ::testing::TestParamInfo<std::tuple<Backend, int64_t>>& info) {
                            return std::string(to_string(std::get<0>(info.param))) + "_page" +
                                   std::to_string(std::get<1>(info.param));

@@ -38,11 +38,13 @@ void set_kvcache_route(const std::string& route) {
   flashattn::testing::set_kvcache_route(knob_value("route", route, kChoices));
 }
 
-// How the GPU decode kernel loads K/V by name: "auto", "cp_async", "tma".
+// How the GPU decode kernel loads K/V by name: "auto", "cp_async", "tma", "gather".
 void set_decode_loads(const std::string& loads) {
   using flashattn::testing::DecodeLoads;
-  static const std::pair<const char*, DecodeLoads> kChoices[] = {
-      {"auto", DecodeLoads::automatic}, {"cp_async", DecodeLoads::cp_async}, {"tma", DecodeLoads::tma}};
+  static const std::pair<const char*, DecodeLoads> kChoices[] = {{"auto", DecodeLoads::automatic},
+                                                                  {"cp_async", DecodeLoads::cp_async},
+                                                                  {"tma", DecodeLoads::tma},
+                                                                  {"gather", DecodeLoads::gather}};
   flashattn::testing::set_decode_loads(knob_value("loads", loads, kChoices));
 }
 
@@ -63,7 +65,8 @@ NB_MODULE(_C, m) {
         "\"forward\" (wherever it can), \"decode\" (always the decode kernel).");
   m.def("set_decode_loads", &set_decode_loads, "loads"_a,
         "Testing aid: how the GPU decode kernel loads K/V: \"auto\" (its own choice), \"cp_async\" (16-byte "
-        "chunks), \"tma\" (TMA boxes; sm_90).");
+        "chunks), \"tma\" (TMA boxes; sm_90), \"gather\" (pages under a key block copied by the TMA kernel's "
+        "producer warp with cp.async; sm_90).");
   m.def("last_error_code", &torch_ops::last_error_code,
         "The StatusCode of the last error a flashattn operator raised on this thread.");
 

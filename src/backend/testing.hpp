@@ -26,8 +26,9 @@ enum class CpuProducts { automatic = 0, f32 = 1, bf16 = 2 };
 enum class KVCacheRoute { automatic = 0, forward = 1, decode = 2 };
 
 // How the decode family's attention kernel loads K/V (decode/launch.hpp's AttendLoads): its own
-// choice, cp.async chunks, or TMA boxes (sm_90).
-enum class DecodeLoads { automatic = 0, cp_async = 1, tma = 2 };
+// choice, cp.async chunks, TMA boxes (sm_90), or pages smaller than a key block gathered by the TMA
+// kernel's producer warp with cp.async (sm_90).
+enum class DecodeLoads { automatic = 0, cp_async = 1, tma = 2, gather = 3 };
 
 inline std::atomic<int>& override_slot(int which) {
   static std::atomic<int> slots[5] = {};

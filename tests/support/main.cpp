@@ -24,11 +24,28 @@ class SeedOnFailure : public ::testing::EmptyTestEventListener {
   }
 };
 
+// --decode-loads=NAME: the GPU decode kernel's K/V loads (backend/testing.hpp's DecodeLoads).
+struct DecodeLoadsName {
+  const char* name;
+  flashattn::testing::DecodeLoads loads;
+  const char* said;
+};
+const DecodeLoadsName* decode_loads_named(const char* name) {
+  static const DecodeLoadsName kNames[] = {
+      {"cp_async", flashattn::testing::DecodeLoads::cp_async, "cp.async"},
+      {"tma", flashattn::testing::DecodeLoads::tma, "TMA"},
+      {"gather", flashattn::testing::DecodeLoads::gather, "the producer warp's cp.async gather (pages under a block)"}};
+  for (const DecodeLoadsName& n : kNames) {
+    if (std::strcmp(name, n.name) == 0) return &n;
+  }
+  return nullptr;
+}
+
 // The library's test-only knobs (backend/testing.hpp), as flags: --sms=N plans GPU grids for N
 // multiprocessors (the backward's split tail on small problems); --smem-optin=BYTES plans tiles
 // for that much shared memory per block (163 KB: the A100's tiles on a Hopper GPU);
 // --cpu-products=f32|bf16 forces the CPU backend's products for bf16 inputs (default: its own choice);
-// --decode-loads=cp_async|tma forces how the GPU decode kernel loads K/V (default: its own choice).
+// --decode-loads=cp_async|tma|gather forces how the GPU decode kernel loads K/V (default: its own choice).
 void take_device_overrides(int* argc, char** argv) {
   flashattn::testing::DeviceOverrides o;
   int kept = 1;
@@ -42,11 +59,10 @@ void take_device_overrides(int* argc, char** argv) {
       flashattn::testing::set_cpu_products(bf16 ? flashattn::testing::CpuProducts::bf16
                                                 : flashattn::testing::CpuProducts::f32);
       std::printf("[  KNOBS   ] the CPU backend multiplies bf16 inputs in %s\n", bf16 ? "bf16" : "float");
-    } else if (std::strcmp(argv[i], "--decode-loads=cp_async") == 0 || std::strcmp(argv[i], "--decode-loads=tma") == 0) {
-      const bool tma = std::strcmp(argv[i], "--decode-loads=tma") == 0;
-      flashattn::testing::set_decode_loads(tma ? flashattn::testing::DecodeLoads::tma
-                                                : flashattn::testing::DecodeLoads::cp_async);
-      std::printf("[  KNOBS   ] the decode kernel loads K/V with %s\n", tma ? "TMA" : "cp.async");
+    } else if (std::strncmp(argv[i], "--decode-loads=", 15) == 0 && decode_loads_named(argv[i] + 15) != nullptr) {
+      const DecodeLoadsName* l = decode_loads_named(argv[i] + 15);
+      flashattn::testing::set_decode_loads(l->loads);
+      std::printf("[  KNOBS   ] the decode kernel loads K/V with %s\n", l->said);
     } else if ((std::strncmp(argv[i], "--sweep-", 8) == 0 || std::strncmp(argv[i], "--fuzz-", 7) == 0) &&
                std::strchr(argv[i], '=') != nullptr) {
       const char* eq = std::strchr(argv[i], '=');  // sweep_test's and fuzz_test's own flags

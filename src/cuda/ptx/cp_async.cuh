@@ -37,6 +37,20 @@ __device__ __forceinline__ void cp_async_commit() {
 #endif
 }
 
+// cp.async.mbarrier.arrive.shared.b64 (sm_80+): an arrive-on the mbarrier at `smem_bar` once every
+// cp.async this thread issued before it has landed, its bytes then visible to the threads that wait
+// on the barrier's phase. Without .noinc the barrier's pending count is raised by one now and the
+// asynchronous arrival lowers it again: the phase's expected arrivals are unchanged, and the phase
+// cannot complete before the copies have landed as long as its last expected arrival comes after
+// this instruction (the decode producer: every lane's, then __syncwarp, then lane 0's arrive).
+__device__ __forceinline__ void cp_async_mbarrier_arrive(uint32_t smem_bar) {
+#if FLASHATTN_PTX_SM80
+  asm volatile("cp.async.mbarrier.arrive.shared.b64 [%0];\n" ::"r"(smem_bar) : "memory");
+#else
+  FLASHATTN_PTX_UNSUPPORTED("cp.async needs sm_80");
+#endif
+}
+
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
 #if FLASHATTN_PTX_SM80

@@ -4,15 +4,17 @@
 # sm80 beside), compute-sanitizer (memcheck, racecheck, synccheck) on a subset, its benchmark (grid,
 # GQA, varlen; the C API and flashattn-py beside cuDNN and FlashAttention-2 in one process), and ncu
 # on one cell per head dim. Every command runs under a timeout, so a hang costs minutes, not the call.
+# "decode": the decode family's sm_90 loads the same way (kvcache_test on TMA and on the producer's
+# gather, the sanitizers on gathered pages, bench/decode_loads.py: cp.async, TMA, gather beside cuDNN).
 #
-#   scripts/sm90_check.sh forward|backward OUT_DIR
+#   scripts/sm90_check.sh forward|backward|decode OUT_DIR
 #   STEPS=build,test,sanitize,python,bench,ncu  BUILD_DIR=build-sm90  BENCH_ARGS="--parts grid --modes bwd"
 #   PREBUILT=FILE.tar.xz: a build folder packed elsewhere (scripts/sm90_prebuild.sh) instead of the
 #   build step's C++ part (the Python package is still built here: it links this machine's PyTorch;
 #   PY_INSTALL=0 when it is installed already).
 set -uo pipefail
-DIRECTION=${1:?usage: sm90_check.sh forward|backward OUT_DIR}
-OUT=${2:?usage: sm90_check.sh forward|backward OUT_DIR}
+DIRECTION=${1:?usage: sm90_check.sh forward|backward|decode OUT_DIR}
+OUT=${2:?usage: sm90_check.sh forward|backward|decode OUT_DIR}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-build,test,sanitize,bench}
@@ -66,7 +68,13 @@ case "$DIRECTION" in
     MODES=bwd
     NCU_DEFAULT="bwd:64:8192 bwd:128:8192 bwd:256:8192"
     ;;
-  *) echo "sm90_check.sh: direction '$DIRECTION' is not forward or backward"; exit 2 ;;
+  decode)
+    CUDA_FILTER='CudaDecode*:CudaPtxSm90*'
+    SMOKE='All/KVCacheGatheredLoads.MatchesReference/len300_77_0_513_cap520_q1_h4x2_d64_f16_page16'
+    SANITIZE_DECODE='All/KVCacheGatheredLoads.*page16*:All/KVCacheGatheredLoads.*page8*:All/PagedEqualsContiguous.BitwiseWithGatheredPages/decode_page32'
+    NCU_DEFAULT=""
+    ;;
+  *) echo "sm90_check.sh: direction '$DIRECTION' is not forward, backward or decode"; exit 2 ;;
 esac
 # The backward beside the sm80 family's in the same process (bench/summarize.py's variant table).
 BENCH_ARGS=${BENCH_ARGS:---parts grid,gqa,varlen --modes $MODES$([ "$DIRECTION" = backward ] && echo " --path sm90 --variant sm80=@sm80")}
@@ -88,7 +96,8 @@ if has build; then
   else
     { cmake -S . -B "$B" -DFLASHATTN_CUDA=ON -DFLASHATTN_CUDA_ARCHS=90a "-DFLASHATTN_HEADDIMS=$HDIMS" \
         -DCMAKE_BUILD_TYPE=Release -DFLASHATTN_PTXAS_VERBOSE=ON &&
-      cmake --build "$B" -j 9 --target flashattn_cuda_tests diff_test edge_test grad_test flashattn_cli flashattn_c; } \
+      cmake --build "$B" -j 9 --target flashattn_cuda_tests diff_test edge_test grad_test kvcache_test flashattn_cli \
+        flashattn_c; } \
       >"$OUT/build.log" 2>&1 || { log "build FAILED"; tail -30 "$OUT/build.log"; exit 1; }
   fi
   log "build done"
@@ -101,16 +110,21 @@ if has test; then
   # One small case first, under a short timeout: kernels that hang (an mbarrier phase or a count
   # off) would otherwise cost every later step its whole timeout. A hang skips the other tests and
   # leaves the sanitizers (synccheck, racecheck) that one case.
-  run smoke 60 "$B/tests/diff_test" --gtest_filter="$SMOKE"
+  SMOKE_TEST=$([ "$DIRECTION" = decode ] && echo kvcache_test || echo diff_test)
+  run smoke 60 "$B/tests/$SMOKE_TEST" --gtest_filter="$SMOKE"
   if grep -q "^smoke rc 124" "$OUT/check.log"; then
     hung=1
     log "the smoke case hung: other tests skipped"
     # The same case with every mbarrier wait bounded (FLASHATTN_HANG_WATCHDOG, from the prebuilt
     # pack): the first stuck wait prints its barrier's shared address, phase, block and warp.
-    [ -x "$B/watchdog/diff_test" ] && run smoke_watchdog 60 "$B/watchdog/diff_test" --gtest_filter="$SMOKE" &&
+    [ -x "$B/watchdog/$SMOKE_TEST" ] && run smoke_watchdog 60 "$B/watchdog/$SMOKE_TEST" --gtest_filter="$SMOKE" &&
       grep -m 20 "mbarrier wait hung" "$OUT/smoke_watchdog.log" | tee -a "$OUT/check.log"
   fi
-  if [ "$hung" = 0 ]; then
+  if [ "$hung" = 0 ] && [ "$DIRECTION" = decode ]; then
+    run kvcache 300 "$B/tests/kvcache_test"  # every case on the family's own loads, TMA and gather suites included
+    run kvcache_gather 300 "$B/tests/kvcache_test" --decode-loads=gather --gtest_filter='*page8*:*page16*:*page32*'
+    run kvcache_sms1 300 "$B/tests/kvcache_test" --sms=1 --gtest_filter='*Gathered*:*TmaLoads*'
+  elif [ "$hung" = 0 ]; then
     run diff_sm90 300 "$B/tests/diff_test" --gtest_filter="$DIFF_FILTER"
     for sms in $SMS_RUNS; do
       run "diff_sm90_sms$sms" 300 "$B/tests/diff_test" --gtest_filter="$DIFF_FILTER" --sms="$sms"
@@ -125,6 +139,11 @@ if has sanitize; then
   tools="memcheck racecheck synccheck" limit=300
   [ "$hung" = 1 ] && { SANITIZE_CUDA=''; SANITIZE_DIFF=$SMOKE; tools="synccheck racecheck"; limit=90; }
   for tool in $tools; do
+    if [ "$DIRECTION" = decode ]; then
+      run "sanitize_${tool}_decode" "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+        "$B/tests/kvcache_test" --gtest_filter="$([ "$hung" = 1 ] && echo "$SMOKE" || echo "$SANITIZE_DECODE")"
+      continue
+    fi
     if [ -n "$SANITIZE_CUDA" ]; then
       run "sanitize_${tool}_cuda" "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 \
         "$B/tests/cuda/flashattn_cuda_tests" --gtest_filter="$SANITIZE_CUDA"
@@ -152,12 +171,16 @@ if has bench && [ "$hung" = 1 ]; then
 elif has bench; then
   wait_for_package
   log "bench (pip rc $(cat "$OUT/pip.rc" 2>/dev/null))"
-  # shellcheck disable=SC2086
-  run bench 900 python3 bench/bench_gpu.py --lib "$B/libflashattn_c.so" $BENCH_ARGS --out "$OUT/bench.json"
+  if [ "$DIRECTION" = decode ]; then
+    run bench 900 python3 bench/decode_loads.py --loads cp_async,tma,gather --json "$OUT/bench.json"
+  else
+    # shellcheck disable=SC2086
+    run bench 900 python3 bench/bench_gpu.py --lib "$B/libflashattn_c.so" $BENCH_ARGS --out "$OUT/bench.json"
+  fi
   tail -60 "$OUT/bench.log" 2>/dev/null
 fi
 
-if has ncu; then
+if has ncu && [ -n "${NCU_CASES:-$NCU_DEFAULT}" ]; then
   log "ncu"
   run ncu 600 env LIB="$B/libflashattn_c.so" FA_PATH=sm90 CASES="${NCU_CASES:-$NCU_DEFAULT}" scripts/gpu_profile.sh "$OUT"
 fi

@@ -170,9 +170,9 @@ struct CacheMaps {
 // into the same swizzled panels the boxes fill, zero-filling columns past the head dim; rows past
 // the sequence are not copied (the attending warps zero V's, as after boxes). Its arrival on the
 // stage's full mbarrier waits for its copies (cp.async.mbarrier.arrive). At pages of 16 a TMA box
-// is 2 KB and a 64-key block 16 of them, one per page, panel and side; the copy engine's rate per
-// request, not bytes, bounds that (docs/kvcache.md, "TMA loads"); the gather issues 64 copies a lane
-// per block through the load/store units instead, still off the attending warps' path.
+// is 2 KB and a 64-key block 16 of them, one per page, panel and side, and the copy engine's rate per
+// request is the suspect for their 0.89 × the contiguous call (docs/kvcache.md); the gather issues 64
+// copies a lane per block through the load/store units instead, still off the attending warps' path.
 template <class Traits>
 struct PageGather {
   using KVTile = typename Traits::KVTile;

@@ -9,6 +9,9 @@
 # /tmp/flashattn-prebuild; kept, so a later run recompiles only what changed), checked out at HEAD.
 # The pack holds the C library, the test binaries sm90_check.sh runs, the CLI, diff_test and
 # kvcache_test built with FLASHATTN_HANG_WATCHDOG (watchdog/) and COMMIT.
+#   VARIANTS="NAME=PATCH ...": also the C library of HEAD with each patch applied (a worktree per
+#   name under PREBUILD_DIR, kept), as variants/NAME.so in the pack, for the benchmark's
+#   --variant NAME=BUILD_DIR/variants/NAME.so@PATH beside HEAD's in one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 file=$(realpath -m "${1:-.prebuilt/sm90a.tar.xz}")
@@ -31,7 +34,25 @@ cmake -S "$dir/src" -B "$W" "${config[@]}" -DFLASHATTN_HANG_WATCHDOG=ON >/dev/nu
 cmake --build "$W" -j "$(nproc)" --target diff_test kvcache_test
 mkdir -p "$B/watchdog" && cp "$W/tests/diff_test" "$W/tests/kvcache_test" "$B/watchdog/"
 echo "$commit" >"$B/COMMIT"
+variant_files=()
+rm -rf "$B/variants"
+for v in ${VARIANTS:-}; do
+  name=${v%%=*} patch=$(realpath "${v#*=}")
+  src=$dir/variant-$name/src build=$dir/variant-$name/build
+  if [ -d "$src/.git" ] || [ -f "$src/.git" ]; then
+    git -C "$src" checkout -q -f --detach "$commit"
+  else
+    mkdir -p "$dir/variant-$name"
+    git worktree add -q --detach "$src" "$commit"
+  fi
+  git -C "$src" apply "$patch"
+  cmake -S "$src" -B "$build" "${config[@]}" >/dev/null
+  cmake --build "$build" -j "$(nproc)" --target flashattn_c
+  mkdir -p "$B/variants" && cp "$build/libflashattn_c.so" "$B/variants/$name.so"
+  variant_files+=("variants/$name.so")
+done
 mkdir -p "$(dirname "$file")"
 tar -cJf "$file" -C "$B" COMMIT libflashattn_c.so tests/diff_test tests/edge_test tests/grad_test tests/kvcache_test \
-  tests/cuda/flashattn_cuda_tests tools/flashattn/flashattn watchdog/diff_test watchdog/kvcache_test
+  tests/cuda/flashattn_cuda_tests tools/flashattn/flashattn watchdog/diff_test watchdog/kvcache_test \
+  ${variant_files[@]+"${variant_files[@]}"}
 echo "sm90_prebuild: $file at $commit ($(du -h "$file" | cut -f1)); carry [\".prebuilt\"]"

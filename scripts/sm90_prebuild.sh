@@ -41,6 +41,7 @@ for v in ${VARIANTS:-}; do
   src=$dir/variant-$name/src build=$dir/variant-$name/build
   if [ -d "$src/.git" ] || [ -f "$src/.git" ]; then
     git -C "$src" checkout -q -f --detach "$commit"
+    git -C "$src" clean -fdq  # the files the patch added last time (the build is outside src)
   else
     mkdir -p "$dir/variant-$name"
     git worktree add -q --detach "$src" "$commit"

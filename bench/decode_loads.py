@@ -3,7 +3,7 @@ GQA 32/8, hdim 128; contiguous and paged at 16/64/256) through flash_attn_with_k
 once with each (flashattn._C.set_decode_loads: "cp_async", 16-byte chunks by every thread; "tma", TMA
 boxes of the caches' tensor maps, sm_90; "gather", pages under a key block copied by the TMA kernel's
 producer warp with cp.async, sm_90: only the paged columns under 64 keys, "vs contiguous" then against
-the first load's contiguous call), with cuDNN (PyTorch SDPA) in the same process. Timed as bench_gpu.py's
+the first listed load's contiguous call, NaN if none), with cuDNN (PyTorch SDPA) in the same process. Timed as bench_gpu.py's
 decode part: a CUDA graph of 20 calls per implementation (the loads are fixed when the graph is
 captured), replays interleaved in balanced orders, median. A tool for choosing between them, not a
 record.
@@ -69,7 +69,8 @@ def main():
             diff = ((out.float() - ref).abs().max() / ref.abs().max()).item()
             row = dict(batch=batch, seqlen_k=seqlen_k, seqlen_q=seqlen_q, loads=kernel, page_size=page,
                        tbps=tbps[(kernel, page)], vs_cudnn=tbps[(kernel, page)] / tbps.get(("cudnn", 0), float("nan")),
-                       vs_contiguous=tbps[(kernel, page)] / tbps.get((kernel, 0), tbps[(loads[0], 0)]),
+                       vs_contiguous=tbps[(kernel, page)] / (tbps.get((kernel, 0)) or next(
+                           (tbps[(l, 0)] for l in loads if (l, 0) in tbps), float("nan"))),
                        vs_cp_async=tbps[(kernel, page)] / tbps.get(("cp_async", page), float("nan")), max_rel_diff=diff)
             rows.append(row)
             print(f"{batch:4d} x {seqlen_k:6d} q {seqlen_q}  {kernel:8s} page {page:3d}  {row['tbps']:.3f} TB/s  "

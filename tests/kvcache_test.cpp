@@ -48,6 +48,10 @@ std::vector<KVCase> paged_cases() {
     ++i;
   }
   v.push_back(KVCase::decode({5, 40}, 48, 2, 1, 128, 64).paged(16).append(1).with(DType::f32).window(8, 0));
+  // Head dims under the GPU instance's (columns past them zero-filled by the loads): 192/128 on the
+  // 256 instance, 32 on the 64 one, at pages smaller than a key block.
+  v.push_back(KVCase::decode({200, 33}, 256, 4, 2, 192, 128).paged(16));
+  v.push_back(KVCase::decode({100, 7}, 128, 2, 1, 32).paged(8).with(DType::f16).append(2));
   return v;
 }
 

@@ -41,7 +41,7 @@ struct Instance {
   int head_dim;
   AttendRunFn run[2];  // [dtype]: f16, bf16
   AttendCheckFn check[2];
-  std::size_t smem_bytes[2][2];  // [has_producer(loads)][paged]: a thread block's shared memory (either 16-bit dtype)
+  std::size_t smem_bytes[2][2];  // [has_producer(loads)][paged]: a thread block's shared memory (f16 = bf16)
 };
 
 #define FLASHATTN_DECODE_REGISTER(D)                                                                      \

@@ -38,6 +38,7 @@ def attention_table(rows, goals):
              "torch-flash (FA2) | fa/FA2 | fa/cuDNN | py/FA2 | py/cuDNN | goal vs cuDNN |",
              "|" + "---|" * 17]
     py_wins = py_cells = 0
+    below = []  # (kind, cell, py/FA2) where flashattn-py is under torch-flash: the issues' bars
     for k, v in cells.items():
         t = {impl: v.get(impl, {}).get("tflops") for impl in IMPLS}
         kind = "varlen" if k[7] else (f"gqa {k[5]}/{k[6]}" if k[6] != k[5] else "grid")
@@ -46,13 +47,17 @@ def attention_table(rows, goals):
         if t["flashattn-py"] and t["torch-flash"]:
             py_cells += 1
             py_wins += t["flashattn-py"] >= t["torch-flash"]
+            if t["flashattn-py"] < t["torch-flash"]:
+                below.append(f"{k[0]} {'causal ' if k[1] else ''}{kind} hdim {k[3]} {k[4]} "
+                             f"({t['flashattn-py'] / t['torch-flash']:.3f})")
         lines.append(
             f"| {k[0]} | {int(k[1])} | {k[2]} | {k[3]} | {k[4]} | {k[5]} | {kind} | {path} | "
             f"{_num(t['flashattn'])} | {_num(t['flashattn-py'])} | {_num(t['cudnn'])} | {_num(t['torch-flash'])} | "
             f"{_ratio(t['flashattn'], t['torch-flash'])} | {_ratio(t['flashattn'], t['cudnn'])} | "
             f"{_ratio(t['flashattn-py'], t['torch-flash'])} | {_ratio(t['flashattn-py'], t['cudnn'])} | "
             f"{goal if goal else '–'} |")
-    lines.append(f"\nCells where flashattn-py is at or above torch-flash (FA2): {py_wins} of {py_cells}.")
+    lines.append(f"\nCells where flashattn-py is at or above torch-flash (FA2): {py_wins} of {py_cells}." +
+                 (f" Below: {'; '.join(below)}." if below else ""))
     for k, v in cells.items():  # varlen backward: FA2's op also through the autograd engine
         ag, py = v.get("torch-flash-autograd", {}).get("tflops"), v.get("flashattn-py", {}).get("tflops")
         if ag:

@@ -194,19 +194,24 @@ TEST_P(KVCacheForwardRoute, DecodeKernelStillTakesLongQueries) {
 
 // Every case again on the decode kernel with TMA K/V loads (sm_90; the route forced off so long
 // queries stay on the kernel). Skipped where the GPU, the build or the cache's layout has none.
-class KVCacheTmaLoads : public ::testing::TestWithParam<KVCase> {};
+class KVCacheForcedLoads : public ::testing::TestWithParam<KVCase> {
+ protected:
+  // The case on the GPU decode kernel (the route forced off) with its K/V loads forced to `loads`.
+  void expect_matches_with(knobs::DecodeLoads loads) {
+    const Backend backend{"decode", flashattn::Device::cuda};
+    FA_REQUIRE_BACKEND(backend);
+    const RouteForced route(knobs::KVCacheRoute::decode);
+    const LoadsForced forced(loads);
+    Rng rng;
+    KVProblem p = make_kv_problem(GetParam(), rng);
+    const KVExpected e = expect_of(p);
+    FA_RUN_OR_SKIP(run_kvcache(backend, p));
+    expect_kvcache_matches(p, e);
+  }
+};
+class KVCacheTmaLoads : public KVCacheForcedLoads {};
 
-TEST_P(KVCacheTmaLoads, MatchesReference) {
-  const Backend backend{"decode", flashattn::Device::cuda};
-  FA_REQUIRE_BACKEND(backend);
-  const RouteForced route(knobs::KVCacheRoute::decode);
-  const LoadsForced tma(knobs::DecodeLoads::tma);
-  Rng rng;
-  KVProblem p = make_kv_problem(GetParam(), rng);
-  const KVExpected e = expect_of(p);
-  FA_RUN_OR_SKIP(run_kvcache(backend, p));
-  expect_kvcache_matches(p, e);
-}
+TEST_P(KVCacheTmaLoads, MatchesReference) { expect_matches_with(knobs::DecodeLoads::tma); }
 
 INSTANTIATE_TEST_SUITE_P(All, KVCacheTmaLoads, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<KVCase>& info) { return info.param.name(); });
@@ -214,19 +219,9 @@ INSTANTIATE_TEST_SUITE_P(All, KVCacheTmaLoads, ::testing::ValuesIn(all_cases()),
 // Every paged case whose pages are smaller than a key block (8, 16, 32 keys) again with the TMA
 // kernel's producer warp gathering the pages with cp.async (sm_90); the others are skipped (the
 // gather takes no other layout).
-class KVCacheGatheredLoads : public ::testing::TestWithParam<KVCase> {};
+class KVCacheGatheredLoads : public KVCacheForcedLoads {};
 
-TEST_P(KVCacheGatheredLoads, MatchesReference) {
-  const Backend backend{"decode", flashattn::Device::cuda};
-  FA_REQUIRE_BACKEND(backend);
-  const RouteForced route(knobs::KVCacheRoute::decode);
-  const LoadsForced gather(knobs::DecodeLoads::gather);
-  Rng rng;
-  KVProblem p = make_kv_problem(GetParam(), rng);
-  const KVExpected e = expect_of(p);
-  FA_RUN_OR_SKIP(run_kvcache(backend, p));
-  expect_kvcache_matches(p, e);
-}
+TEST_P(KVCacheGatheredLoads, MatchesReference) { expect_matches_with(knobs::DecodeLoads::gather); }
 
 INSTANTIATE_TEST_SUITE_P(All, KVCacheGatheredLoads, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<KVCase>& info) { return info.param.name(); });

@@ -179,15 +179,17 @@ struct PageGather {
   static constexpr int kChunks = KVTile::kChunksPerRow;
   static constexpr int kRowStep = 32 / kChunks;  // rows one pass of the warp covers
   static_assert(32 % kChunks == 0, "a warp covers whole rows");
-  SequenceRows<true> k_rows, v_rows;  // the sequence's table row and the sides' strides (kv head h_kv)
+  PagedRows v_rows;  // V's strides (kv head h_kv); K's rows are TmaBlocks::pages (the same table row)
   const char* k_data;
   const char* v_data;
   int hdim_qk, hdim_v;
 
-  // Rows [0, valid) of the block at key key0 into k_dst / v_dst: pages of `page_rows` keys, `pages`
-  // of them per block, page j's table entry at lane first_lane + j of `window`. Every lane calls.
-  __device__ __forceinline__ void copy_block(int key0, int valid, uint32_t k_dst, uint32_t v_dst, uint32_t full_bar,
-                                             int window, int first_lane, int pages, int page_rows, int lane) const {
+  // Rows [0, valid) of the block into k_dst / v_dst: pages of `page_rows` keys, `pages` of them per
+  // block, page j's table entry at lane first_lane + j of `window`; k_rows: the sequence's K rows.
+  // Every lane calls.
+  __device__ __forceinline__ void copy_block(const PagedRows& k_rows, int valid, uint32_t k_dst, uint32_t v_dst,
+                                             uint32_t full_bar, int window, int first_lane, int pages, int page_rows,
+                                             int lane) const {
     const int chunk = lane % kChunks, first_row = lane / kChunks;
     // A column past the head dim reads nothing (source size 0) from its row's first column.
     const int k_col = chunk * kChunkElems < hdim_qk ? chunk * kChunkElems : 0;
@@ -219,7 +221,7 @@ struct TmaBlocks {
   uint32_t bars;            // stage 0's full mbarrier (stage s: + 8·s; the kStages empty ones follow)
   int h_kv;
   int row0, cache_row;      // contiguous: the sequence's first key's row and its cache row
-  PagedRows pages;          // paged: the sequence's table row (its addressing fields unused)
+  PagedRows pages;          // paged: the sequence's table row, K's rows (addressing used only by PageGather)
   int box_rows, boxes;      // paged: rows per box (min(page size, kBlockN)) and boxes per block and side
   bool gathers;             // paged: the boxes' rows copied by PageGather instead (pages < kBlockN)
   PageGather<Traits> gather;
@@ -247,8 +249,8 @@ struct TmaBlocks {
         }
       }
     } else if (gathers) {
-      gather.copy_block(key0, imin(Traits::kBlockN, w.mask.seqlen_k - key0), k_dst, v_dst, bar, window, slot * boxes,
-                        boxes, box_rows, lane);
+      gather.copy_block(pages, imin(Traits::kBlockN, w.mask.seqlen_k - key0), k_dst, v_dst, bar, window,
+                        slot * boxes, boxes, box_rows, lane);
       __syncwarp();
       if (lane == 0) ptx::mbarrier_arrive(bar);  // after every lane's copies are counted
     } else {
@@ -613,8 +615,8 @@ __device__ __forceinline__ TmaBlocks<Traits> tma_blocks(const AttendParams& p, u
     blocks.gathers = p.producer_gathers;
     if (blocks.gathers) {
       const int b = static_cast<int>(blockIdx.z);
-      blocks.gather = {p.index.template rows<true>(p.k, b, blocks.h_kv), p.index.template rows<true>(p.v, b, blocks.h_kv),
-                       static_cast<const char*>(p.k.data), static_cast<const char*>(p.v.data), p.hdim_qk, p.hdim_v};
+      blocks.gather = {p.index.template rows<true>(p.v, b, blocks.h_kv), static_cast<const char*>(p.k.data),
+                       static_cast<const char*>(p.v.data), p.hdim_qk, p.hdim_v};
     }
   }
   return blocks;

@@ -51,7 +51,7 @@ case "$DIRECTION" in
   forward)
     CUDA_FILTER='CudaFwdSm90.*:CudaFwdSmall.*:CudaPtxSm90*'
     DIFF_FILTER='All/Diff.Forward/sm90_*'
-    SMOKE='All/Diff.Forward/sm90_b2_q129_k127_h4x2_d128_f16'
+    SMOKE='All/Diff.Forward/sm90_b2_q129_k127_h4x2_d128_f16' SMOKE_TEST=diff_test
     SMS_RUNS="1 3"  # the persistent grid as on a GPU of 1 and 3 SMs: many tiles per CTA
     SANITIZE_CUDA='CudaFwdSm90.CausalHdim128:CudaFwdSm90.VarlenCausalHdim64:CudaFwdSm90.Hdim256Mqa:CudaFwdSm90.VarlenWindowSoftcapHdim256Mqa'
     SANITIZE_DIFF='All/Diff.Forward/sm90_varlen*:All/Diff.Forward/sm90_b2_q272_k203_h4x2_d192_bf16_causal'
@@ -61,7 +61,7 @@ case "$DIRECTION" in
   backward)
     CUDA_FILTER='CudaPtxSm90*:CudaSm90*:CudaBackwardSplit*:CudaMask*'
     DIFF_FILTER='All/Diff.Backward/sm90_*'
-    SMOKE='All/Diff.Backward/sm90_b2_q129_k127_h4x2_d128_f16'
+    SMOKE='All/Diff.Backward/sm90_b2_q129_k127_h4x2_d128_f16' SMOKE_TEST=diff_test
     SMS_RUNS="1 3"  # the chain bound and the deterministic turns planned for a GPU of 1 and 3 SMs
     SANITIZE_CUDA=''
     SANITIZE_DIFF='All/Diff.Backward/sm90_b2_q129_k127_h4x2_d128_f16*:All/Diff.Backward/sm90_varlen_q5_0_130_77_k9_40_0_201_h4x2_d64_bf16:All/Diff.Backward/sm90_b1_q1000_k300_h2x1_d256_bf16:All/Diff.Backward/sm90_b1_q200_k100_h2x2_d64_bf16_causal_det:All/Diff.Backward/sm90_b2_q133_k150_h2x2_d64_bf16_cap30'
@@ -71,6 +71,7 @@ case "$DIRECTION" in
   decode)
     CUDA_FILTER='CudaDecode*:CudaPtxSm90*'
     SMOKE='All/KVCacheGatheredLoads.MatchesReference/len300_77_0_513_cap520_q1_h4x2_d64_f16_page16'
+    SMOKE_TEST=kvcache_test
     SANITIZE_DECODE='All/KVCacheGatheredLoads.*page16*:All/KVCacheGatheredLoads.*page8*:All/PagedEqualsContiguous.BitwiseWithGatheredPages/decode_page32'
     NCU_DEFAULT=""
     ;;
@@ -110,7 +111,6 @@ if has test; then
   # One small case first, under a short timeout: kernels that hang (an mbarrier phase or a count
   # off) would otherwise cost every later step its whole timeout. A hang skips the other tests and
   # leaves the sanitizers (synccheck, racecheck) that one case.
-  SMOKE_TEST=$([ "$DIRECTION" = decode ] && echo kvcache_test || echo diff_test)
   run smoke 60 "$B/tests/$SMOKE_TEST" --gtest_filter="$SMOKE"
   if grep -q "^smoke rc 124" "$OUT/check.log"; then
     hung=1

@@ -7,7 +7,6 @@
 
 #include <cstddef>
 #include <string>
-#include <utility>
 
 #include "backend/testing.hpp"
 #include "flashattn/flashattn.hpp"
@@ -18,34 +17,21 @@ using namespace nb::literals;
 
 namespace {
 
-// A test knob's value by name (backend/testing.hpp): `choices` pairs each name with its value; any
-// other name is a ValueError that names `what` and the choices.
+// A test knob's value by name (backend/testing.hpp's tables); any other name is a ValueError that
+// names `what` and the choices.
 template <class Value, std::size_t N>
-Value knob_value(const char* what, const std::string& name, const std::pair<const char*, Value> (&choices)[N]) {
-  std::string names;
-  for (const auto& [choice, value] : choices) {
-    if (name == choice) return value;
-    names += std::string(names.empty() ? "" : ", ") + "\"" + choice + "\"";
-  }
-  throw nb::value_error((std::string(what) + ": \"" + name + "\" is not one of " + names).c_str());
+Value knob_value(const char* what, const std::string& name, const flashattn::testing::Named<Value> (&table)[N]) {
+  if (const Value* value = flashattn::testing::value_named(table, name)) return *value;
+  throw nb::value_error(
+      (std::string(what) + ": \"" + name + "\" is not one of " + flashattn::testing::names_of(table)).c_str());
 }
 
-// The decode family's KV-cache route by name: "auto", "forward", "decode".
 void set_kvcache_route(const std::string& route) {
-  using flashattn::testing::KVCacheRoute;
-  static const std::pair<const char*, KVCacheRoute> kChoices[] = {
-      {"auto", KVCacheRoute::automatic}, {"forward", KVCacheRoute::forward}, {"decode", KVCacheRoute::decode}};
-  flashattn::testing::set_kvcache_route(knob_value("route", route, kChoices));
+  flashattn::testing::set_kvcache_route(knob_value("route", route, flashattn::testing::kKVCacheRouteNames));
 }
 
-// How the GPU decode kernel loads K/V by name: "auto", "cp_async", "tma", "gather".
 void set_decode_loads(const std::string& loads) {
-  using flashattn::testing::DecodeLoads;
-  static const std::pair<const char*, DecodeLoads> kChoices[] = {{"auto", DecodeLoads::automatic},
-                                                                  {"cp_async", DecodeLoads::cp_async},
-                                                                  {"tma", DecodeLoads::tma},
-                                                                  {"gather", DecodeLoads::gather}};
-  flashattn::testing::set_decode_loads(knob_value("loads", loads, kChoices));
+  flashattn::testing::set_decode_loads(knob_value("loads", loads, flashattn::testing::kDecodeLoadsNames));
 }
 
 }  // namespace

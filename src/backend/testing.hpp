@@ -8,6 +8,9 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
+#include <string>
+#include <string_view>
 
 namespace flashattn::testing {
 
@@ -29,6 +32,39 @@ enum class KVCacheRoute { automatic = 0, forward = 1, decode = 2 };
 // choice, cp.async chunks, TMA boxes (sm_90), or pages smaller than a key block gathered by the TMA
 // kernel's producer warp with cp.async (sm_90).
 enum class DecodeLoads { automatic = 0, cp_async = 1, tma = 2, gather = 3 };
+
+// Each knob's values by name, one table for the test binaries' flags (tests/support/main.cpp) and
+// Python's setters (python/csrc/binding.cpp).
+template <class Value>
+struct Named {
+  const char* name;
+  Value value;
+};
+inline constexpr Named<CpuProducts> kCpuProductsNames[] = {
+    {"auto", CpuProducts::automatic}, {"f32", CpuProducts::f32}, {"bf16", CpuProducts::bf16}};
+inline constexpr Named<KVCacheRoute> kKVCacheRouteNames[] = {
+    {"auto", KVCacheRoute::automatic}, {"forward", KVCacheRoute::forward}, {"decode", KVCacheRoute::decode}};
+inline constexpr Named<DecodeLoads> kDecodeLoadsNames[] = {{"auto", DecodeLoads::automatic},
+                                                           {"cp_async", DecodeLoads::cp_async},
+                                                           {"tma", DecodeLoads::tma},
+                                                           {"gather", DecodeLoads::gather}};
+
+// The value called `name` in `table`, or nullptr.
+template <class Value, std::size_t N>
+const Value* value_named(const Named<Value> (&table)[N], std::string_view name) {
+  for (const Named<Value>& n : table) {
+    if (name == n.name) return &n.value;
+  }
+  return nullptr;
+}
+
+// The table's names, quoted and comma-separated (for the message that refuses any other).
+template <class Value, std::size_t N>
+std::string names_of(const Named<Value> (&table)[N]) {
+  std::string names;
+  for (const Named<Value>& n : table) names += std::string(names.empty() ? "\"" : ", \"") + n.name + "\"";
+  return names;
+}
 
 inline std::atomic<int>& override_slot(int which) {
   static std::atomic<int> slots[5] = {};

@@ -24,28 +24,30 @@ class SeedOnFailure : public ::testing::EmptyTestEventListener {
   }
 };
 
-// --decode-loads=NAME: the GPU decode kernel's K/V loads (backend/testing.hpp's DecodeLoads).
-struct DecodeLoadsName {
-  const char* name;
-  flashattn::testing::DecodeLoads loads;
-  const char* said;
-};
-const DecodeLoadsName* decode_loads_named(const char* name) {
-  static const DecodeLoadsName kNames[] = {
-      {"cp_async", flashattn::testing::DecodeLoads::cp_async, "cp.async"},
-      {"tma", flashattn::testing::DecodeLoads::tma, "TMA"},
-      {"gather", flashattn::testing::DecodeLoads::gather, "the producer warp's cp.async gather (pages under a block)"}};
-  for (const DecodeLoadsName& n : kNames) {
-    if (std::strcmp(name, n.name) == 0) return &n;
+// A knob's flag --FLAG=NAME (backend/testing.hpp's tables): true when argv_i is that flag, after
+// `set` took the value; a name not in the table ends the binary (exit 2) with the choices.
+template <class Value, std::size_t N>
+bool take_named_knob(const char* argv_i, const char* flag, const flashattn::testing::Named<Value> (&table)[N],
+                     void (*set)(Value)) {
+  const std::size_t n = std::strlen(flag);
+  if (std::strncmp(argv_i, flag, n) != 0 || argv_i[n] != '=') return false;
+  const Value* value = flashattn::testing::value_named(table, argv_i + n + 1);
+  if (value == nullptr) {
+    std::fprintf(stderr, "%s: \"%s\" is not one of %s\n", flag, argv_i + n + 1,
+                 flashattn::testing::names_of(table).c_str());
+    std::exit(2);
   }
-  return nullptr;
+  set(*value);
+  std::printf("[  KNOBS   ] %s\n", argv_i);
+  return true;
 }
 
 // The library's test-only knobs (backend/testing.hpp), as flags: --sms=N plans GPU grids for N
 // multiprocessors (the backward's split tail on small problems); --smem-optin=BYTES plans tiles
 // for that much shared memory per block (163 KB: the A100's tiles on a Hopper GPU);
-// --cpu-products=f32|bf16 forces the CPU backend's products for bf16 inputs (default: its own choice);
-// --decode-loads=cp_async|tma|gather forces how the GPU decode kernel loads K/V (default: its own choice).
+// --cpu-products=auto|f32|bf16 forces the CPU backend's products for bf16 inputs, --kvcache-route=
+// auto|forward|decode the decode family's route for a KV-cache call, --decode-loads=auto|cp_async|tma|gather
+// how the GPU decode kernel loads K/V ("auto": the library's own choice, the default).
 void take_device_overrides(int* argc, char** argv) {
   flashattn::testing::DeviceOverrides o;
   int kept = 1;
@@ -54,15 +56,13 @@ void take_device_overrides(int* argc, char** argv) {
       o.num_sms = std::atoi(argv[i] + 6);
     } else if (std::strncmp(argv[i], "--smem-optin=", 13) == 0) {
       o.smem_optin = std::atoi(argv[i] + 13);
-    } else if (std::strcmp(argv[i], "--cpu-products=f32") == 0 || std::strcmp(argv[i], "--cpu-products=bf16") == 0) {
-      const bool bf16 = std::strcmp(argv[i], "--cpu-products=bf16") == 0;
-      flashattn::testing::set_cpu_products(bf16 ? flashattn::testing::CpuProducts::bf16
-                                                : flashattn::testing::CpuProducts::f32);
-      std::printf("[  KNOBS   ] the CPU backend multiplies bf16 inputs in %s\n", bf16 ? "bf16" : "float");
-    } else if (std::strncmp(argv[i], "--decode-loads=", 15) == 0 && decode_loads_named(argv[i] + 15) != nullptr) {
-      const DecodeLoadsName* l = decode_loads_named(argv[i] + 15);
-      flashattn::testing::set_decode_loads(l->loads);
-      std::printf("[  KNOBS   ] the decode kernel loads K/V with %s\n", l->said);
+    } else if (take_named_knob(argv[i], "--cpu-products", flashattn::testing::kCpuProductsNames,
+                               flashattn::testing::set_cpu_products) ||
+               take_named_knob(argv[i], "--kvcache-route", flashattn::testing::kKVCacheRouteNames,
+                               flashattn::testing::set_kvcache_route) ||
+               take_named_knob(argv[i], "--decode-loads", flashattn::testing::kDecodeLoadsNames,
+                               flashattn::testing::set_decode_loads)) {
+      // taken: set and printed
     } else if ((std::strncmp(argv[i], "--sweep-", 8) == 0 || std::strncmp(argv[i], "--fuzz-", 7) == 0) &&
                std::strchr(argv[i], '=') != nullptr) {
       const char* eq = std::strchr(argv[i], '=');  // sweep_test's and fuzz_test's own flags

@@ -273,13 +273,55 @@ std::optional<c10::Device> cuda_device_of(const Tensor& q) {
   return q.is_cuda() ? std::optional<c10::Device>(q.device()) : std::nullopt;
 }
 
+// ---- packed q, k, v (flash_attn_qkvpacked_func, flash_attn_kvpacked_func) ------------------------
+
+// With packed_dim >= 0 the operators take packed tensors the way autograd sees them: q, k and v all
+// the one qkv tensor (3 along packed_dim), or k and v the one kv tensor (2 along it) beside q; the
+// kernels read the packed tensor from k (by its size there) and its members as slices of it. The
+// backward then writes its gradients into one tensor shaped like the packed one, as flash-attn's
+// does, instead of three that autograd would stack again (one more read and write of every gradient,
+// and a second copy of them in memory).
+struct Packing {
+  int64_t dim = -1;  // packed_dim; -1: none
+  int count = 0;     // 3: q, k, v all packed; 2: k, v packed; 0: none
+};
+
+Packing packing_of(const Tensor& k, int64_t packed_dim) {
+  if (packed_dim < 0) return {};
+  const int64_t size = packed_dim < k.dim() ? k.size(packed_dim) : 0;
+  if (size != 2 && size != 3)
+    raise(StatusCode::invalid_argument,
+          "packed_dim " + std::to_string(packed_dim) + ": k (the packed tensor) has shape " + c10::str(k.sizes()) +
+              ", expected size 3 (qkv) or 2 (kv) in that dimension");
+  return {packed_dim, static_cast<int>(size)};
+}
+
+// Where autograd routes the gradients (the packed tensor's to its first member's place), the packed
+// arguments must be that one tensor.
+void check_packed_arguments(const Tensor& q, const Tensor& k, const Tensor& v, const Packing& p) {
+  const char* name = p.count == 3 ? "qkv" : "kv";
+  if (p.count == 0 || (v.is_same(k) && (p.count == 2 || q.is_same(k)))) return;
+  raise(StatusCode::invalid_argument, std::string(name) + ": packed_dim " + std::to_string(p.dim) + " given, but " +
+                                          (p.count == 3 ? "q, k and v are" : "k and v are") +
+                                          " not the one packed tensor");
+}
+
+// q, k, v as the library takes them: slices of the packed tensor where packed.
+std::tuple<Tensor, Tensor, Tensor> unpacked(const Tensor& q, const Tensor& k, const Tensor& v, const Packing& p) {
+  if (p.count == 0) return {q, k, v};
+  const int first = p.count == 3 ? 1 : 0;  // k's place in the packed tensor
+  return {p.count == 3 ? k.select(p.dim, 0) : q, k.select(p.dim, first), k.select(p.dim, first + 1)};
+}
+
 // ---- the backend kernels (CPU and CUDA keys) ------------------------------------------------------
 
-std::tuple<Tensor, Tensor> fwd(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+std::tuple<Tensor, Tensor> fwd(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg,
                                const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k, int64_t max_seqlen_q,
                                int64_t max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
                                int64_t window_right, double softcap, bool /*deterministic: the backward's*/,
-                               c10::string_view path, const OptTensor& block_table_in, bool return_lse) {
+                               c10::string_view path, const OptTensor& block_table_in, bool return_lse,
+                               int64_t packed_dim) {
+  const auto [q_in, k_in, v_in] = unpacked(q_arg, k_arg, v_arg, packing_of(k_arg, packed_dim));
   const bool varlen = check_inputs(q_in, k_in, v_in, cu_seqlens_q, cu_seqlens_k, block_table_in);
   const c10::OptionalDeviceGuard guard(cuda_device_of(q_in));
   const Tensor q = usable(q_in), k = usable(k_in), v = usable(v_in);
@@ -297,12 +339,41 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q_in, const Tensor& k_in, const Ten
   return {out, lse};
 }
 
-std::tuple<Tensor, Tensor, Tensor> bwd(const Tensor& dout_in, const Tensor& q_in, const Tensor& k_in,
-                                       const Tensor& v_in, const Tensor& out_in, const Tensor& lse_in,
+// The gradients' tensors: dq, dk, dv of q's, k's and v's shapes; packed, the packed tensor's
+// gradient in the place of its first member (dq for qkv, dk for kv) and its slices written, with
+// 0-element tensors in the places of the others.
+struct Gradients {
+  Tensor returned[3];
+  Tensor dq, dk, dv;  // what the library writes
+};
+
+Gradients gradients(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& packed, const Packing& p) {
+  Gradients g;
+  if (p.count == 0) {
+    g.dq = g.returned[0] = empty(q.sizes(), q, q.scalar_type());
+    g.dk = g.returned[1] = empty(k.sizes(), k, k.scalar_type());
+    g.dv = g.returned[2] = empty(v.sizes(), v, v.scalar_type());
+    return g;
+  }
+  const Tensor whole = empty(packed.sizes(), packed, packed.scalar_type());
+  const int first = p.count == 3 ? 1 : 0;
+  g.dq = p.count == 3 ? whole.select(p.dim, 0) : empty(q.sizes(), q, q.scalar_type());
+  g.dk = whole.select(p.dim, first);
+  g.dv = whole.select(p.dim, first + 1);
+  g.returned[0] = p.count == 3 ? whole : g.dq;
+  g.returned[1] = p.count == 3 ? new_tensor({0}, q, q.scalar_type()) : whole;
+  g.returned[2] = new_tensor({0}, q, q.scalar_type());
+  return g;
+}
+
+std::tuple<Tensor, Tensor, Tensor> bwd(const Tensor& dout_in, const Tensor& q_arg, const Tensor& k_arg,
+                                       const Tensor& v_arg, const Tensor& out_in, const Tensor& lse_in,
                                        const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k,
                                        int64_t max_seqlen_q, int64_t max_seqlen_k, double softmax_scale, bool causal,
                                        int64_t window_left, int64_t window_right, double softcap, bool deterministic,
-                                       c10::string_view path) {
+                                       c10::string_view path, int64_t packed_dim) {
+  const Packing packing = packing_of(k_arg, packed_dim);
+  const auto [q_in, k_in, v_in] = unpacked(q_arg, k_arg, v_arg, packing);
   check_inputs(q_in, k_in, v_in, cu_seqlens_q, cu_seqlens_k);
   check_device("out", out_in, q_in);
   check_device("lse", lse_in, q_in);
@@ -312,20 +383,18 @@ std::tuple<Tensor, Tensor, Tensor> bwd(const Tensor& dout_in, const Tensor& q_in
   const Tensor lse = lse_in.dim() > 0 && lse_in.size(-1) > 1 && lse_in.stride(-1) != 1 ? lse_in.contiguous() : lse_in;
   const Call c = make_call(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                            window_left, window_right, softcap, path);
-  Tensor dq = empty(q.sizes(), q, q.scalar_type());
-  Tensor dk = empty(k.sizes(), k, k.scalar_type());
-  Tensor dv = empty(v.sizes(), v, v.scalar_type());
+  Gradients g = gradients(q, k, v, k_arg, packing);
   BackwardArgs a;
   fill(&a, q, k, v, c);
   a.out = view_of("out", out);
   a.lse = view_of("lse", lse);
   a.dout = view_of("dout", dout);
-  a.dq = view_of("dq", dq);
-  a.dk = view_of("dk", dk);
-  a.dv = view_of("dv", dv);
+  a.dq = view_of("dq", g.dq);
+  a.dk = view_of("dk", g.dk);
+  a.dv = view_of("dv", g.dv);
   a.deterministic = deterministic;
   run(a, q, [](const BackwardArgs& x) { return flashattn::backward(x); });
-  return {dq, dk, dv};
+  return {std::move(g.returned[0]), std::move(g.returned[1]), std::move(g.returned[2])};
 }
 
 // The kernel family that would run this forward ("cpu", "sm80", ...), or "" if none: the checks and
@@ -417,11 +486,12 @@ std::tuple<Tensor, Tensor> kvcache(const Tensor& q_in, const Tensor& k_cache, co
 
 using FwdSignature = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const OptTensor&,
                                                  const OptTensor&, c10::SymInt, c10::SymInt, double, bool, int64_t,
-                                                 int64_t, double, bool, c10::string_view, const OptTensor&, bool);
+                                                 int64_t, double, bool, c10::string_view, const OptTensor&, bool,
+                                                 int64_t);
 using BwdSignature = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                                          const Tensor&, const Tensor&, const OptTensor&,
                                                          const OptTensor&, c10::SymInt, c10::SymInt, double, bool,
-                                                         int64_t, int64_t, double, bool, c10::string_view);
+                                                         int64_t, int64_t, double, bool, c10::string_view, int64_t);
 
 const c10::TypedOperatorHandle<FwdSignature>& fwd_op() {
   static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("flashattn::fwd", "").typed<FwdSignature>();
@@ -441,11 +511,12 @@ class Attention : public torch::autograd::Function<Attention> {
   static variable_list forward(AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
                                const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k, c10::SymInt max_seqlen_q,
                                c10::SymInt max_seqlen_k, double softmax_scale, bool causal, int64_t window_left,
-                               int64_t window_right, double softcap, bool deterministic, c10::string_view path) {
+                               int64_t window_right, double softcap, bool deterministic, c10::string_view path,
+                               int64_t packed_dim) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, lse] = fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
                                     causal, window_left, window_right, softcap, deterministic, path, std::nullopt,
-                                    /*return_lse=*/true);
+                                    /*return_lse=*/true, packed_dim);
     ctx->save_for_backward({q, k, v, out, lse, cu_seqlens_q.value_or(Tensor()), cu_seqlens_k.value_or(Tensor())});
     ctx->saved_data["max_seqlen_q"] = std::move(max_seqlen_q);
     ctx->saved_data["max_seqlen_k"] = std::move(max_seqlen_k);
@@ -456,6 +527,8 @@ class Attention : public torch::autograd::Function<Attention> {
     ctx->saved_data["softcap"] = softcap;
     ctx->saved_data["deterministic"] = deterministic;
     ctx->saved_data["path"] = std::string(path);
+    ctx->saved_data["packed_dim"] = packed_dim;
+    ctx->saved_data["packed_count"] = static_cast<int64_t>(packing_of(k, packed_dim).count);
     // The LSE is returned for inspection (return_attn_probs); no gradient flows through it. Its
     // gradient stays undefined rather than materialized: autograd would otherwise allocate and zero
     // a b·h·s tensor on every backward (measured ~0.2 ms of host time before the first launch on
@@ -466,7 +539,7 @@ class Attention : public torch::autograd::Function<Attention> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list grad_inputs(14);
+    variable_list grad_inputs(15);
     if (!grads[0].defined()) return grad_inputs;  // out did not reach the loss: no gradients
     const variable_list saved = ctx->get_saved_variables();
     const auto& d = ctx->saved_data;
@@ -481,10 +554,13 @@ class Attention : public torch::autograd::Function<Attention> {
                       optional(saved[6]), d.at("max_seqlen_q").toSymInt(), d.at("max_seqlen_k").toSymInt(),
                       d.at("softmax_scale").toDouble(), d.at("causal").toBool(), d.at("window_left").toInt(),
                       d.at("window_right").toInt(), d.at("softcap").toDouble(), d.at("deterministic").toBool(),
-                      d.at("path").toStringRef());
+                      d.at("path").toStringRef(), d.at("packed_dim").toInt());
+    // Packed, a packed tensor's gradient comes back once, in the place of its first member; its other
+    // places (0-element tensors) stay undefined, and autograd adds nothing for them.
+    const int64_t packed_count = d.at("packed_count").toInt();
     grad_inputs[0] = dq;
-    grad_inputs[1] = dk;
-    grad_inputs[2] = dv;
+    if (packed_count != 3) grad_inputs[1] = dk;
+    if (packed_count == 0) grad_inputs[2] = dv;
     return grad_inputs;
   }
 };
@@ -494,15 +570,16 @@ std::tuple<Tensor, Tensor> fwd_autograd(const Tensor& q, const Tensor& k, const 
                                         c10::SymInt max_seqlen_q, c10::SymInt max_seqlen_k, double softmax_scale,
                                         bool causal, int64_t window_left, int64_t window_right, double softcap,
                                         bool deterministic, c10::string_view path, const OptTensor& block_table,
-                                        bool return_lse) {
+                                        bool return_lse, int64_t packed_dim) {
   const bool needs_grad =
       at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
   if (!needs_grad) {  // inference: no graph node, no saved tensors
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     return fwd_op().call(q, k, v, cu_seqlens_q, cu_seqlens_k, std::move(max_seqlen_q), std::move(max_seqlen_k),
                          softmax_scale, causal, window_left, window_right, softcap, deterministic, path, block_table,
-                         return_lse);
+                         return_lse, packed_dim);
   }
+  check_packed_arguments(q, k, v, packing_of(k, packed_dim));
   if (block_table) {  // refused before the forward runs, not when backward() finds no gradient
     raise(StatusCode::not_supported,
           "block_table: the paged forward has no backward (neither has flash-attn's); q, k, v must not require "
@@ -511,7 +588,7 @@ std::tuple<Tensor, Tensor> fwd_autograd(const Tensor& q, const Tensor& k, const 
   // The backward needs the LSE: computed whatever return_lse says.
   const variable_list r =
       Attention::apply(q, k, v, cu_seqlens_q, cu_seqlens_k, std::move(max_seqlen_q), std::move(max_seqlen_k),
-                       softmax_scale, causal, window_left, window_right, softcap, deterministic, path);
+                       softmax_scale, causal, window_left, window_right, softcap, deterministic, path, packed_dim);
   return {r[0], r[1]};
 }
 
@@ -525,17 +602,20 @@ int last_error_code() { return g_last_error_code; }
 
 // Schemas: `int` windows, `SymInt` maxima (torch.compile may trace them symbolically), `float` is a
 // double; fwd's block_table (paged k, v) and return_lse (False: lse comes back empty, unless autograd
-// needs it) come last, so callers without them pass nothing. fwd and bwd neither mutate nor alias their inputs; kvcache writes its caches.
+// needs it), then fwd's and bwd's packed_dim (-1: q, k, v apart; else as "packed q, k, v" above says) come
+// last, so callers without them pass nothing. fwd and bwd neither mutate nor alias their inputs;
+// kvcache writes its caches.
 TORCH_LIBRARY(flashattn, m) {
   m.def(
       "fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, SymInt max_seqlen_q, "
       "SymInt max_seqlen_k, float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
-      "bool deterministic, str path=\"auto\", Tensor? block_table=None, bool return_lse=True) -> (Tensor, Tensor)");
+      "bool deterministic, str path=\"auto\", Tensor? block_table=None, bool return_lse=True, int packed_dim=-1) "
+      "-> (Tensor, Tensor)");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? cu_seqlens_q, "
       "Tensor? cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, float softmax_scale, bool causal, "
-      "int window_left, int window_right, float softcap, bool deterministic, str path=\"auto\") "
-      "-> (Tensor, Tensor, Tensor)");
+      "int window_left, int window_right, float softcap, bool deterministic, str path=\"auto\", "
+      "int packed_dim=-1) -> (Tensor, Tensor, Tensor)");
   m.def(
       "forward_path(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q=None, Tensor? cu_seqlens_k=None, "
       "int max_seqlen_q=0, int max_seqlen_k=0, bool causal=False, str path=\"auto\") -> str",

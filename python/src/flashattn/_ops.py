@@ -99,7 +99,8 @@ def _fast(q: Tensor, k: Tensor, v: Tensor) -> bool:
 def attention(q: Tensor, k: Tensor, v: Tensor, *args) -> Tuple[Tensor, Tensor]:
     """(out, lse) of torch.ops.flashattn.fwd(q, k, v, *args) (the schema's order: cu_seqlens_q,
     cu_seqlens_k, max_seqlen_q, max_seqlen_k, the options, deterministic, path, block_table,
-    return_lse: False gives an empty lse unless autograd needs it),
+    return_lse: False gives an empty lse unless autograd needs it, packed_dim: >= 0 when q, k, v are
+    one packed qkv tensor, or k, v one packed kv tensor, along that dimension),
     differentiable in q, k, v (the operator's autograd kernel; not with a block_table), raising
     flashattn's errors. Eager calls on plain tensors
     take the fast-call entry point: the operator's Python binding costs more host time than the rest
@@ -150,14 +151,32 @@ def _check_ranks(q: Tensor, k: Tensor, v: Tensor, varlen: bool, paged: bool = Fa
 
 _FWD_BLOCK_TABLE = 9  # block_table's place in fwd's arguments after cu_seqlens_k (the schema's order)
 _FWD_RETURN_LSE = 10  # and return_lse's
+_FWD_PACKED_DIM = 11  # and packed_dim's
+_BWD_PACKED_DIM = 9  # packed_dim's place in bwd's arguments after cu_seqlens_k
+
+
+def _unpacked(q: Tensor, k: Tensor, v: Tensor, packed_dim: int):
+    """q, k, v as the operators read them when packed_dim >= 0: k is the packed tensor, qkv (q, k, v all
+    it; size 3 along packed_dim) or kv (k, v it, beside q; size 2) (csrc/torch_ops.cpp, "packed q, k, v")."""
+    if packed_dim < 0:
+        return q, k, v
+    if packed_dim >= k.dim() or k.shape[packed_dim] not in (2, 3):
+        raise InvalidArgumentError(f"flashattn: packed_dim {packed_dim}: k (the packed tensor) has shape "
+                                   f"{list(k.shape)}, expected size 3 (qkv) or 2 (kv) in that dimension")
+    if k.shape[packed_dim] == 3:
+        return k.select(packed_dim, 0), k.select(packed_dim, 1), k.select(packed_dim, 2)
+    return q, k.select(packed_dim, 0), k.select(packed_dim, 1)
 
 
 @torch.library.register_fake("flashattn::fwd")
-def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, *options, block_table=None, return_lse=True):
+def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, *options, block_table=None, return_lse=True, packed_dim=-1):
     if len(options) > _FWD_BLOCK_TABLE:
         block_table = options[_FWD_BLOCK_TABLE]
     if len(options) > _FWD_RETURN_LSE:
         return_lse = options[_FWD_RETURN_LSE]
+    if len(options) > _FWD_PACKED_DIM:
+        packed_dim = options[_FWD_PACKED_DIM]
+    q, k, v = _unpacked(q, k, v, packed_dim)
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     _check_ranks(q, k, v, varlen, paged=block_table is not None)
     out_shape, lse_shape = _out_shapes(q, v, varlen)
@@ -165,9 +184,18 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, *options, block_table=None, r
 
 
 @torch.library.register_fake("flashattn::bwd")
-def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *options):
+def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, *options, packed_dim=-1):
+    if len(options) > _BWD_PACKED_DIM:
+        packed_dim = options[_BWD_PACKED_DIM]
+    packed = k
+    q, k, v = _unpacked(q, k, v, packed_dim)
     _check_ranks(q, k, v, cu_seqlens_q is not None or cu_seqlens_k is not None)
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    if packed_dim < 0:
+        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    # Packed: the packed tensor's gradient in its first member's place, 0-element tensors in the others'.
+    if packed.shape[packed_dim] == 3:
+        return packed.new_empty(packed.shape), q.new_empty((0,)), q.new_empty((0,))
+    return q.new_empty(q.shape), packed.new_empty(packed.shape), q.new_empty((0,))
 
 
 _KVCACHE_RETURN_LSE = 16  # return_lse's place in kvcache's arguments after v_cache (the schema's order)

@@ -194,10 +194,19 @@ def _pad_head_dims(q: Tensor, k: Tensor, v: Tensor):
 
 
 def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
-               window_size, softcap, alibi_slopes, deterministic, return_attn_probs, path, block_table=None):
+               window_size, softcap, alibi_slopes, deterministic, return_attn_probs, path, block_table=None,
+               packed=None):
+    """The attention call of every public function. `packed` = (tensor, dim): q, k, v (3 along dim) or
+    k, v (2) are slices of that tensor, which the operators then take whole, so that the backward
+    writes one gradient for it (unless head dims are padded: then the slices, padded, as if apart)."""
     _refuse_unsupported(dropout_p, alibi_slopes)
     _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table)
+    q_in, k_in, v_in = q, k, v
     q, k, v, hdim_qk, hdim_v = _pad_head_dims(q, k, v)
+    packed_dim = -1
+    if packed is not None and q is q_in and k is k_in and v is v_in:
+        whole, packed_dim = packed
+        q, k, v = (whole, whole, whole) if whole.shape[packed_dim] == 3 else (q, whole, whole)
     options = _score_options(hdim_qk, softmax_scale, causal, window_size, softcap)
     deterministic = deterministic if type(deterministic) is bool else _flag("deterministic", deterministic)
     return_attn_probs = (return_attn_probs if type(return_attn_probs) is bool
@@ -208,7 +217,7 @@ def _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, 
         max_seqlen_q, max_seqlen_k = _integer("max_seqlen_q", max_seqlen_q), _integer("max_seqlen_k", max_seqlen_k)
     # The LSE only when asked for (or when autograd keeps it for the backward): inference skips it.
     out, lse = _ops.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *options,
-                              deterministic, path, block_table, return_attn_probs)
+                              deterministic, path, block_table, return_attn_probs, packed_dim)
     if hdim_v % _HEAD_DIM_MULTIPLE and _padded(hdim_v):
         out = out[..., :hdim_v]
     # flash-attn returns (out, softmax_lse, S_dmask); S_dmask exists only with dropout, so it is None.
@@ -249,8 +258,8 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
                               path="auto"):
     """flash_attn_func on qkv (batch_size, seqlen, 3, nheads, headdim); the gradient is one tensor like qkv."""
     q, k, v = _unpack("qkv", qkv, 2, 3, "batch, seqlen, 3, heads, headdim")
-    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                           deterministic, return_attn_probs, path=path)
+    return _attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal, window_size, softcap,
+                      alibi_slopes, deterministic, return_attn_probs, path, packed=(qkv, 2))
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -258,8 +267,8 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
                              path="auto"):
     """flash_attn_func on q and kv (batch_size, seqlen_k, 2, nheads_k, headdim)."""
     k, v = _unpack("kv", kv, 2, 2, "batch, seqlen_k, 2, heads_k, headdim")
-    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                           deterministic, return_attn_probs, path=path)
+    return _attention(q, k, v, None, None, 0, 0, dropout_p, softmax_scale, causal, window_size, softcap,
+                      alibi_slopes, deterministic, return_attn_probs, path, packed=(kv, 2))
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -293,9 +302,8 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
                                      return_attn_probs=False, *, path="auto"):
     """flash_attn_varlen_func on qkv (total, 3, nheads, headdim), one cu_seqlens for queries and keys."""
     q, k, v = _unpack("qkv", qkv, 1, 3, "total, 3, heads, headdim")
-    return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p,
-                                  softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                                  return_attn_probs, path=path)
+    return _attention(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p, softmax_scale, causal,
+                      window_size, softcap, alibi_slopes, deterministic, return_attn_probs, path, packed=(qkv, 1))
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -303,9 +311,9 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     alibi_slopes=None, deterministic=False, return_attn_probs=False, *, path="auto"):
     """flash_attn_varlen_func on q (total_q, nheads, headdim) and kv (total_k, 2, nheads_k, headdim)."""
     k, v = _unpack("kv", kv, 1, 2, "total_k, 2, heads_k, headdim")
-    return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
-                                  softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                                  return_attn_probs, path=path)
+    return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                      causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, path,
+                      packed=(kv, 1))
 
 
 def _cache_seqlens(cache_seqlens, q: Tensor):

@@ -1,8 +1,10 @@
-// flashattn._C.attention: the eager entry point of flash_attn_func, a CPython fast-call function that
-// reads its positional arguments straight into the flashattn::fwd operator's argument stack, by the
-// operator's schema, and calls the operator through PyTorch's dispatcher (autograd, device keys,
-// meta: everything but __torch_function__, which the Python caller rules out first: plain tensors,
-// no mode active, not traced).
+// flashattn._C.attention and _C.kvcache: the eager entry points of flash_attn_func and
+// flash_attn_with_kvcache, CPython fast-call functions that read their positional arguments straight
+// into the flashattn::fwd (flashattn::kvcache) operator's argument stack, by the operator's schema,
+// and call the operator through PyTorch's dispatcher (autograd, device keys, meta: everything but
+// __torch_function__, which the Python caller rules out first: no mode active, not traced; a tensor
+// argument that is not a plain torch.Tensor returns NotImplemented, and the caller takes the
+// operator's Python binding).
 //
 // Why not torch.ops.flashattn.fwd: its Python binding matches the arguments against the schema
 // with general-purpose machinery, ~8-14 µs of host time per call for 14 arguments; PyTorch's own
@@ -21,47 +23,51 @@
 namespace flashattn::torch_ops {
 namespace {
 
-// One Python argument as the IValue the schema's argument type asks for; false with a Python error
-// set when it is not one.
-bool push_argument(PyObject* o, const c10::Argument& arg, torch::jit::Stack* stack) {
+enum class Pushed { ok, error, not_plain };
+
+// One Python argument as the IValue the schema's argument type asks for: error (a Python error set)
+// when it is not one, not_plain for a tensor of a subclass (whose __torch_function__ must run).
+Pushed push_argument(PyObject* o, const c10::Argument& arg, torch::jit::Stack* stack) {
   const c10::TypePtr& type = arg.type();
   if (o == Py_None && type->kind() == c10::TypeKind::OptionalType) {
     stack->emplace_back();
-    return true;
+    return Pushed::ok;
   }
+  const auto pushed = [](bool ok) { return ok ? Pushed::ok : Pushed::error; };
   const c10::TypeKind kind = type->kind() == c10::TypeKind::OptionalType
                                  ? type->expectRef<c10::OptionalType>().getElementType()->kind()
                                  : type->kind();
   switch (kind) {
     case c10::TypeKind::TensorType:
       if (!THPVariable_CheckExact(o)) {
+        if (THPVariable_Check(o)) return Pushed::not_plain;
         PyErr_Format(PyExc_TypeError, "flashattn: %s must be a torch.Tensor, got %s", arg.name().c_str(),
                      Py_TYPE(o)->tp_name);
-        return false;
+        return Pushed::error;
       }
       stack->emplace_back(THPVariable_Unpack(o));
-      return true;
+      return Pushed::ok;
     case c10::TypeKind::IntType:
     case c10::TypeKind::SymIntType:
       stack->emplace_back(static_cast<int64_t>(PyLong_AsLongLong(o)));
-      return !PyErr_Occurred();
+      return pushed(!PyErr_Occurred());
     case c10::TypeKind::FloatType:
       stack->emplace_back(PyFloat_AsDouble(o));
-      return !PyErr_Occurred();
+      return pushed(!PyErr_Occurred());
     case c10::TypeKind::BoolType:
       stack->emplace_back(PyObject_IsTrue(o) == 1);
-      return !PyErr_Occurred();
+      return pushed(!PyErr_Occurred());
     case c10::TypeKind::StringType: {
       Py_ssize_t size = 0;
       const char* s = PyUnicode_AsUTF8AndSize(o, &size);
-      if (s == nullptr) return false;
+      if (s == nullptr) return Pushed::error;
       stack->emplace_back(std::string(s, static_cast<std::size_t>(size)));
-      return true;
+      return Pushed::ok;
     }
     default:
       PyErr_Format(PyExc_TypeError, "flashattn: argument %s has a type the fast call does not read",
                    arg.name().c_str());
-      return false;
+      return Pushed::error;
   }
 }
 
@@ -84,11 +90,6 @@ struct GilReleased {
   ~GilReleased() { PyEval_RestoreThread(state); }
 };
 
-const c10::OperatorHandle& fwd_operator() {
-  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("flashattn::fwd", "");
-  return op;
-}
-
 // The operator's returns, as a Python tuple of tensors.
 PyObject* returns_to_python(torch::jit::Stack& stack) {
   PyObject* result = PyTuple_New(static_cast<Py_ssize_t>(stack.size()));
@@ -103,22 +104,26 @@ PyObject* returns_to_python(torch::jit::Stack& stack) {
   return result;
 }
 
-// attention(*fwd's arguments, in schema order, all positional) -> fwd's returns
-PyObject* attention(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  const c10::OperatorHandle& op = fwd_operator();
+// The operator called with the positional arguments (schema order; trailing ones may take the
+// schema's defaults) -> its returns as a tuple, or NotImplemented for a tensor that is not plain.
+PyObject* call_by_schema(const c10::OperatorHandle& op, const char* name, PyObject* const* args,
+                         Py_ssize_t nargs) {
   const std::vector<c10::Argument>& params = op.schema().arguments();
   const auto n = static_cast<Py_ssize_t>(params.size());
   if (nargs > n || (nargs < n && !params[nargs].default_value())) {
-    PyErr_Format(PyExc_TypeError, "flashattn: attention takes up to %zd positional arguments, got %zd", n, nargs);
+    PyErr_Format(PyExc_TypeError, "flashattn: %s takes up to %zd positional arguments, got %zd", name, n, nargs);
     return nullptr;
   }
   torch::jit::Stack stack;
   stack.reserve(params.size());
-  for (Py_ssize_t i = 0; i < nargs; ++i)
-    if (!push_argument(args[i], params[i], &stack)) return nullptr;
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    const Pushed pushed = push_argument(args[i], params[i], &stack);
+    if (pushed == Pushed::error) return nullptr;
+    if (pushed == Pushed::not_plain) Py_RETURN_NOTIMPLEMENTED;
+  }
   for (Py_ssize_t i = nargs; i < n; ++i) {  // the schema's defaults (trailing arguments only)
     if (!params[i].default_value()) {
-      PyErr_Format(PyExc_TypeError, "flashattn: attention: argument %s is missing", params[i].name().c_str());
+      PyErr_Format(PyExc_TypeError, "flashattn: %s: argument %s is missing", name, params[i].name().c_str());
       return nullptr;
     }
     stack.push_back(*params[i].default_value());
@@ -135,10 +140,29 @@ PyObject* attention(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return returns_to_python(stack);
 }
 
+c10::OperatorHandle operator_named(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
+}
+
+// attention(*fwd's arguments, in schema order, all positional) -> fwd's returns
+PyObject* attention(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  static const c10::OperatorHandle op = operator_named("flashattn::fwd");
+  return call_by_schema(op, "attention", args, nargs);
+}
+
+// kvcache(*kvcache's arguments, in schema order, all positional) -> kvcache's returns
+PyObject* kvcache(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  static const c10::OperatorHandle op = operator_named("flashattn::kvcache");
+  return call_by_schema(op, "kvcache", args, nargs);
+}
+
 PyMethodDef kMethods[] = {
     {"attention", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&attention)), METH_FASTCALL,
-     "attention(*args) -> (out, lse): torch.ops.flashattn.fwd with its arguments in schema order, for plain\n"
-     "tensors, without __torch_function__ handling."},
+     "attention(*args) -> (out, lse): torch.ops.flashattn.fwd with its arguments in schema order, without\n"
+     "__torch_function__ handling; NotImplemented when a tensor argument is not a plain torch.Tensor."},
+    {"kvcache", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&kvcache)), METH_FASTCALL,
+     "kvcache(*args) -> (out, lse): torch.ops.flashattn.kvcache with its arguments in schema order, without\n"
+     "__torch_function__ handling; NotImplemented when a tensor argument is not a plain torch.Tensor."},
     {nullptr, nullptr, 0, nullptr}};
 
 }  // namespace

@@ -13,7 +13,8 @@ void set_poison_outputs(bool on);
 // test can see what a kernel that wrote nothing would return.
 void set_skip_library_calls(bool on);
 
-// Adds the CPython fast-call entry points (fast_call.cpp: _C.attention) to the module; 0 on success.
+// Adds the CPython fast-call entry points (fast_call.cpp: _C.attention, _C.kvcache) to the module; 0 on
+// success.
 int add_fast_calls(PyObject* module);
 
 // The StatusCode of the last error an operator raised on this thread (0 if none), so Python can

@@ -379,3 +379,30 @@ def test_lse_only_when_asked_for():
             0.0, True, 0, "auto", None)
     _, empty = flashattn._ops.kvcache(q, k_cache.clone(), v_cache.clone(), *args, False)
     assert empty.numel() == 0
+
+
+class _Marked(torch.Tensor):
+    """A tensor subclass (its __torch_function__ is torch.Tensor's): the fast-call entries must leave
+    calls with one to the operators' Python binding."""
+
+
+def test_fast_call_equals_the_operator_and_defers_subclasses():
+    """_C.kvcache (the eager entry) and torch.ops.flashattn.kvcache give the same out, LSE and appended
+    caches bitwise; a subclass tensor anywhere among the arguments (here cache_seqlens) makes the
+    fast call return NotImplemented before anything runs, and flash_attn_with_kvcache still answers
+    through the operator."""
+    q, k, v = torch.randn(2, 2, 4, 32), torch.randn(2, 2, 2, 32), torch.randn(2, 2, 2, 32)
+    cache_seqlens = torch.tensor([3, 6], dtype=torch.int32)
+    k_cache, v_cache = torch.randn(2, 12, 2, 32), torch.randn(2, 12, 2, 32)
+    caches = [(k_cache.clone(), v_cache.clone()) for _ in range(3)]
+    options = (None, None, 32 ** -0.5, True, -1, 0, 0.0, True, 0, "auto", None, True)
+    fast = flashattn._C.kvcache(q, *caches[0], k, v, None, None, cache_seqlens, *options)
+    slow = torch.ops.flashattn.kvcache(q, *caches[1], k, v, None, None, cache_seqlens, *options)
+    assert all(torch.equal(a, b) for a, b in zip(fast, slow))
+    assert all(torch.equal(a, b) for a, b in zip(caches[0], caches[1]))
+    marked = cache_seqlens.as_subclass(_Marked)
+    assert flashattn._C.kvcache(q, *caches[2], k, v, None, None, marked, *options) is NotImplemented
+    assert torch.equal(caches[2][0], k_cache) and torch.equal(caches[2][1], v_cache), "a deferred call appended"
+    out = flash_attn_with_kvcache(q, *caches[2], k, v, cache_seqlens=marked, causal=True)
+    assert torch.equal(out.as_subclass(torch.Tensor), fast[0])
+    assert all(torch.equal(a, b) for a, b in zip(caches[2], caches[0]))

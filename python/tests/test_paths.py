@@ -138,3 +138,20 @@ def test_meta_and_fake_tensors_take_the_custom_op():
     with FakeTensorMode():
         q, k, v = (torch.randn(2, 16, 4, 64) for _ in range(3))
         assert flash_attn_func(q, k, v).shape == (2, 16, 4, 64)
+
+
+class _Marked(torch.Tensor):
+    """A tensor subclass (its __torch_function__ is torch.Tensor's)."""
+
+
+def test_fast_call_defers_subclass_arguments():
+    """A subclass tensor among the arguments the Python side does not look at (cu_seqlens) makes the
+    fast-call entry return NotImplemented, and _ops.attention answers through the operator instead."""
+    q, k, v = (torch.randn(10, 2, 64) for _ in range(3))
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    args = (6, 6, 0.125, True, -1, 0, 0.0, False)
+    marked = cu.as_subclass(_Marked)
+    assert flashattn._C.attention(q, k, v, marked, cu, *args) is NotImplemented
+    out, _ = _ops.attention(q, k, v, marked, cu, *args)
+    expected, _ = flashattn._C.attention(q, k, v, cu, cu, *args)
+    torch.testing.assert_close(out.as_subclass(torch.Tensor), expected, atol=0, rtol=0)

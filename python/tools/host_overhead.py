@@ -69,6 +69,18 @@ def main():
     rows["  one allocation (torch.empty_like(q))"] = us_per_call(lambda: torch.empty_like(q))
     rows["  _C.attention (the fast-call entry, no Python checks)"] = us_per_call(
         lambda: _C.attention(q, k, v, *fwd_args))
+    # One decode step of a GQA model (batch 8, 32 query heads over 8 kv heads of 128, 1k cached keys):
+    # what an eager generation loop pays per layer and token.
+    qd = torch.randn(8, 1, 32, 128, device=dev, dtype=dt)
+    caches = (torch.randn(8, 1024, 8, 128, device=dev, dtype=dt), torch.randn(8, 1024, 8, 128, device=dev, dtype=dt))
+    lens = torch.full((8,), 500, dtype=torch.int32, device=dev)
+    kv_args = (None, None, None, None, lens, None, None, 128 ** -0.5, False, -1, -1, 0.0, True, 0, "auto", None,
+               False)
+    rows["flash_attn_with_kvcache, decode step"] = us_per_call(
+        lambda: flashattn.flash_attn_with_kvcache(qd, *caches, cache_seqlens=lens))
+    rows["  torch.ops.flashattn.kvcache.default (OpOverload)"] = us_per_call(
+        lambda: torch.ops.flashattn.kvcache.default(qd, *caches, *kv_args))
+    rows["  _C.kvcache (the fast-call entry, no Python checks)"] = us_per_call(lambda: _C.kvcache(qd, *caches, *kv_args))
     rows["  _check_tensors"] = us_per_call(lambda: _check_tensors(q, k, v, None, None, None))
     rows["  _pad_head_dims"] = us_per_call(lambda: _pad_head_dims(q, k, v))
     rows["  _score_options"] = us_per_call(lambda: _score_options(64, None, False, (-1, -1), 0.0))

@@ -89,9 +89,10 @@ _torch_function_mode = torch._C._is_torch_function_mode_enabled
 
 
 def _fast(q: Tensor, k: Tensor, v: Tensor) -> bool:
-    """True when the call may skip the operator's Python binding for _C.attention (the same operator
-    through the dispatcher, without __torch_function__): plain tensors, no torch function mode, not
-    traced by dynamo."""
+    """True when the call may skip the operator's Python binding for _C.attention or _C.kvcache (the
+    same operator through the dispatcher, without __torch_function__): plain tensors, no torch function
+    mode, not traced by dynamo. (A tensor argument of a subclass further on makes the fast call return
+    NotImplemented.)"""
     return (type(q) is Tensor and type(k) is Tensor and type(v) is Tensor and not _torch_function_mode()
             and not torch.compiler.is_compiling())
 
@@ -107,7 +108,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *args) -> Tuple[Tensor, Tensor]:
     of a tiny call together."""
     try:
         if _fast(q, k, v):
-            return _C.attention(q, k, v, *args)
+            result = _C.attention(q, k, v, *args)
+            if result is not NotImplemented:
+                return result
         return fwd(q, k, v, *args)
     except (ValueError, NotImplementedError, RuntimeError) as e:
         if torch.compiler.is_compiling():
@@ -120,8 +123,13 @@ def kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, *args) -> Tuple[Tensor,
     rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, block_table, the options, rotary_interleaved,
     num_splits, path, cache_leftpad, return_lse: False gives an empty lse), which first appends k, v into
     the caches in place; raising flashattn's errors.
-    Inference only: no gradient flows through it."""
+    Inference only: no gradient flows through it. Eager calls on plain tensors take the fast-call
+    entry point, as attention's do."""
     try:
+        if _fast(q, k_cache, v_cache):
+            result = _C.kvcache(q, k_cache, v_cache, *args)
+            if result is not NotImplemented:
+                return result
         return torch.ops.flashattn.kvcache(q, k_cache, v_cache, *args)
     except (ValueError, NotImplementedError, RuntimeError) as e:
         if torch.compiler.is_compiling():

@@ -61,7 +61,10 @@ case "$DIRECTION" in
   backward)
     CUDA_FILTER='CudaPtxSm90*:CudaSm90*:CudaBackwardSplit*:CudaMask*'
     DIFF_FILTER='All/Diff.Backward/sm90_*'
-    SMOKE='All/Diff.Backward/sm90_b2_q129_k127_h4x2_d128_f16' SMOKE_TEST=diff_test
+    # The smoke (60 s, then the watchdog build names a stuck barrier) holds every head dim's 64-column
+    # kernel: D = 64 runs 128-row steps, D = 128 64-row ones (133 rows: a partial second step).
+    SMOKE='All/Diff.Backward/sm90_b2_q129_k127_h4x2_d128_f16:All/Diff.Backward/sm90_b2_q133_k150_h2x2_d64_bf16_cap30'
+    SMOKE_TEST=diff_test
     SMS_RUNS="1 3"  # the chain bound and the deterministic turns planned for a GPU of 1 and 3 SMs
     SANITIZE_CUDA=''
     SANITIZE_DIFF='All/Diff.Backward/sm90_b2_q129_k127_h4x2_d128_f16*:All/Diff.Backward/sm90_varlen_q5_0_130_77_k9_40_0_201_h4x2_d64_bf16:All/Diff.Backward/sm90_b1_q1000_k300_h2x1_d256_bf16:All/Diff.Backward/sm90_b1_q200_k100_h2x2_d64_bf16_causal_det:All/Diff.Backward/sm90_b2_q133_k150_h2x2_d64_bf16_cap30'

@@ -406,3 +406,26 @@ def test_fast_call_equals_the_operator_and_defers_subclasses():
     out = flash_attn_with_kvcache(q, *caches[2], k, v, cache_seqlens=marked, causal=True)
     assert torch.equal(out.as_subclass(torch.Tensor), fast[0])
     assert all(torch.equal(a, b) for a, b in zip(caches[2], caches[0]))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_decode_step_appends_and_attends_as_eager(backend):
+    """A decode step (append k, v at cache_seqlens, then attend) under torch.compile(fullgraph=True):
+    the operator mutates the caches (schema a!, b!), which functionalization must carry back; out
+    and both caches bitwise as eager. Then opcheck on the operator itself."""
+    torch._dynamo.reset()
+
+    def step(q, k_cache, v_cache, k, v, lens):
+        return flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens, causal=True)
+
+    q, k, v = torch.randn(2, 2, 4, 64), torch.randn(2, 2, 2, 64), torch.randn(2, 2, 2, 64)
+    k_cache, v_cache = torch.randn(2, 32, 2, 64), torch.randn(2, 32, 2, 64)
+    lens = torch.tensor([5, 17], dtype=torch.int32)
+    compiled_caches, eager_caches = (k_cache.clone(), v_cache.clone()), (k_cache.clone(), v_cache.clone())
+    out = torch.compile(step, fullgraph=True, backend=backend)(q, *compiled_caches, k, v, lens)
+    out_eager = step(q, *eager_caches, k, v, lens)
+    assert torch.equal(out, out_eager)
+    assert all(torch.equal(a, b) for a, b in zip(compiled_caches, eager_caches))
+    assert not torch.equal(eager_caches[0], k_cache), "the step appended nothing"
+    torch.library.opcheck(torch.ops.flashattn.kvcache, (q, k_cache, v_cache, k, v, None, None, lens, None, None,
+                                                        0.125, True, -1, 0, 0.0, True, 0, "auto", None, True))

@@ -14,6 +14,10 @@ With --placement, which buffer's placement moves the kernels' own time (c-api ag
   c-api+outs    the C API with dq/dk/dv allocated per call, the workspace reused
   c-api-again   the C API on a second set of buffers allocated once, after everything else (is it
                 where the buffers lie, or that they are allocated per call?)
+With --packed (MHA cells), what the packed form's one gradient tensor saves:
+  qkvpacked     torch.autograd.grad of flash_attn_qkvpacked_func's output (the backward writes dqkv)
+  qkv-unbind    the same through qkv.unbind(2) and flash_attn_func (autograd stacks dq, dk, dv: the
+                packed form before 2026-12-05)
 
   python python/tools/backward_gap.py --lib build/libflashattn_c.so [--seqlen 16384 --hdim 128 --causal]
   GQA: --seqlen 16384 --batch 2 --heads 32 --heads-kv 8 --causal
@@ -33,7 +37,7 @@ from gap_timing import cell_args, report_interleaved  # noqa: E402
 
 
 def main():
-    a = cell_args(__doc__, seqlen=16384, hdim=128, reps=20, placement=True)
+    a = cell_args(__doc__, seqlen=16384, hdim=128, reps=20, placement=True, packed=True)
     s, d, b, h, hk = a.seqlen, a.hdim, a.batch, a.heads, a.heads_kv
     q, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     k, v = (torch.randn(b, s, hk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -85,6 +89,14 @@ def main():
         ways.update({"c-api+ws": c_api_allocating(outputs=False, workspace=True),
                      "c-api+outs": c_api_allocating(outputs=True, workspace=False),
                      "c-api-again": lambda: fa.backward(args_again)})
+    if a.packed:
+        if hk != h:
+            raise SystemExit("backward_gap.py: --packed times qkv-packed MHA: leave --heads-kv out")
+        qkv = torch.stack((q, k, v), dim=2).requires_grad_()
+        o_packed = flashattn.flash_attn_qkvpacked_func(qkv, causal=a.causal)
+        o_unbind = flashattn.flash_attn_func(*qkv.unbind(2), causal=a.causal)
+        ways.update({"qkvpacked": lambda: torch.autograd.grad(o_packed, (qkv,), do, retain_graph=True),
+                     "qkv-unbind": lambda: torch.autograd.grad(o_unbind, (qkv,), do, retain_graph=True)})
     report_interleaved(ways, a.reps, 2.5 * 4 * b * h * s * s * d / (2 if a.causal else 1), a.profile)
 
 

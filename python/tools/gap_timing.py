@@ -11,8 +11,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from bench_gpu import balanced_orders, rounded_reps  # noqa: E402
 
 
-def cell_args(doc, seqlen, hdim, reps, lib=True, profile=True, placement=False):
-    """--seqlen, --hdim, --causal, --reps, and --lib, --profile and --placement where asked for; the grid's batch =
+def cell_args(doc, seqlen, hdim, reps, lib=True, profile=True, placement=False, packed=False):
+    """--seqlen, --hdim, --causal, --reps, and --lib, --profile, --placement and --packed where asked for; the grid's batch =
     16k / seqlen and heads = 2048 / hdim unless --batch / --heads say otherwise; --heads-kv for GQA
     (default: heads)."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -27,6 +27,8 @@ def cell_args(doc, seqlen, hdim, reps, lib=True, profile=True, placement=False):
                        help="also profile 3 calls of each way: launch delay, kernels, CUDA API calls")
     if placement:
         p.add_argument("--placement", action="store_true", help="also the buffer-placement ways")
+    if packed:
+        p.add_argument("--packed", action="store_true", help="also the qkv-packed ways")
     p.add_argument("--batch", type=int, default=0)
     p.add_argument("--heads", type=int, default=0)
     p.add_argument("--heads-kv", type=int, default=0)

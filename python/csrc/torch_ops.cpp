@@ -528,7 +528,6 @@ class Attention : public torch::autograd::Function<Attention> {
     ctx->saved_data["deterministic"] = deterministic;
     ctx->saved_data["path"] = std::string(path);
     ctx->saved_data["packed_dim"] = packed_dim;
-    ctx->saved_data["packed_count"] = static_cast<int64_t>(packing_of(k, packed_dim).count);
     // The LSE is returned for inspection (return_attn_probs); no gradient flows through it. Its
     // gradient stays undefined rather than materialized: autograd would otherwise allocate and zero
     // a b·h·s tensor on every backward (measured ~0.2 ms of host time before the first launch on
@@ -557,7 +556,7 @@ class Attention : public torch::autograd::Function<Attention> {
                       d.at("path").toStringRef(), d.at("packed_dim").toInt());
     // Packed, a packed tensor's gradient comes back once, in the place of its first member; its other
     // places (0-element tensors) stay undefined, and autograd adds nothing for them.
-    const int64_t packed_count = d.at("packed_count").toInt();
+    const int packed_count = packing_of(saved[1], d.at("packed_dim").toInt()).count;
     grad_inputs[0] = dq;
     if (packed_count != 3) grad_inputs[1] = dk;
     if (packed_count == 0) grad_inputs[2] = dv;

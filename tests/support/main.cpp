@@ -42,34 +42,42 @@ bool take_named_knob(const char* argv_i, const char* flag, const flashattn::test
   return true;
 }
 
-// The library's test-only knobs (backend/testing.hpp), as flags: --sms=N plans GPU grids for N
-// multiprocessors (the backward's split tail on small problems); --smem-optin=BYTES plans tiles
-// for that much shared memory per block (163 KB: the A100's tiles on a Hopper GPU);
-// --cpu-products=auto|f32|bf16 forces the CPU backend's products for bf16 inputs, --kvcache-route=
-// auto|forward|decode the decode family's route for a KV-cache call, --decode-loads=auto|cp_async|tma|gather
-// how the GPU decode kernel loads K/V ("auto": the library's own choice, the default).
-void take_device_overrides(int* argc, char** argv) {
+// One of the test-only flags (backend/testing.hpp's knobs, sweep_test's and fuzz_test's own): true
+// when argv_i is one, after it took effect. --sms=N plans GPU grids for N multiprocessors (the
+// backward's split tail on small problems); --smem-optin=BYTES plans tiles for that much shared
+// memory per block (163 KB: the A100's tiles on a Hopper GPU); --cpu-products=auto|f32|bf16 forces the
+// CPU backend's products for bf16 inputs, --kvcache-route=auto|forward|decode the decode family's
+// route for a KV-cache call, --decode-loads=auto|cp_async|tma|gather how the GPU decode kernel loads
+// K/V ("auto": the library's own choice, the default).
+bool take_test_flag(const char* argv_i, flashattn::testing::DeviceOverrides* o) {
+  namespace t = flashattn::testing;
+  if (std::strncmp(argv_i, "--sms=", 6) == 0) {
+    o->num_sms = std::atoi(argv_i + 6);
+    return true;
+  }
+  if (std::strncmp(argv_i, "--smem-optin=", 13) == 0) {
+    o->smem_optin = std::atoi(argv_i + 13);
+    return true;
+  }
+  if (take_named_knob(argv_i, "--cpu-products", t::kCpuProductsNames, t::set_cpu_products) ||
+      take_named_knob(argv_i, "--kvcache-route", t::kKVCacheRouteNames, t::set_kvcache_route) ||
+      take_named_knob(argv_i, "--decode-loads", t::kDecodeLoadsNames, t::set_decode_loads)) {
+    return true;
+  }
+  const char* eq = std::strchr(argv_i, '=');
+  if (eq == nullptr || (std::strncmp(argv_i, "--sweep-", 8) != 0 && std::strncmp(argv_i, "--fuzz-", 7) != 0)) {
+    return false;
+  }
+  fa_test::set_test_flag(std::string(argv_i + 2, static_cast<std::size_t>(eq - argv_i - 2)), eq + 1);
+  return true;
+}
+
+// Takes the test-only flags out of argv (GoogleTest sees the rest) and sets the device overrides.
+void take_test_flags(int* argc, char** argv) {
   flashattn::testing::DeviceOverrides o;
   int kept = 1;
   for (int i = 1; i < *argc; ++i) {
-    if (std::strncmp(argv[i], "--sms=", 6) == 0) {
-      o.num_sms = std::atoi(argv[i] + 6);
-    } else if (std::strncmp(argv[i], "--smem-optin=", 13) == 0) {
-      o.smem_optin = std::atoi(argv[i] + 13);
-    } else if (take_named_knob(argv[i], "--cpu-products", flashattn::testing::kCpuProductsNames,
-                               flashattn::testing::set_cpu_products) ||
-               take_named_knob(argv[i], "--kvcache-route", flashattn::testing::kKVCacheRouteNames,
-                               flashattn::testing::set_kvcache_route) ||
-               take_named_knob(argv[i], "--decode-loads", flashattn::testing::kDecodeLoadsNames,
-                               flashattn::testing::set_decode_loads)) {
-      // taken: set and printed
-    } else if ((std::strncmp(argv[i], "--sweep-", 8) == 0 || std::strncmp(argv[i], "--fuzz-", 7) == 0) &&
-               std::strchr(argv[i], '=') != nullptr) {
-      const char* eq = std::strchr(argv[i], '=');  // sweep_test's and fuzz_test's own flags
-      fa_test::set_test_flag(std::string(argv[i] + 2, static_cast<std::size_t>(eq - argv[i] - 2)), eq + 1);
-    } else {
-      argv[kept++] = argv[i];
-    }
+    if (!take_test_flag(argv[i], &o)) argv[kept++] = argv[i];
   }
   *argc = kept;
   if (o.num_sms > 0 || o.smem_optin > 0) {
@@ -82,7 +90,7 @@ void take_device_overrides(int* argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  take_device_overrides(&argc, argv);
+  take_test_flags(&argc, argv);
   ::testing::InitGoogleTest(&argc, argv);
   ::testing::UnitTest::GetInstance()->listeners().Append(new SeedOnFailure);
   return RUN_ALL_TESTS();

@@ -8,6 +8,7 @@
 // is also forced onto every other case, KVCacheForwardRoute). A family without a KV-cache direction
 // skips with its reason.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cstring>
 #include <set>
@@ -34,6 +35,10 @@ std::vector<KVCase> shape_cases() {
       KVCase::decode({20, 9}, 40, 2, 2, 64, 32).no_lse(),
       KVCase::decode({0, 0}, 8, 2, 1, 64),  // empty sequences: out 0, lse +inf
       KVCase::decode({12, 12}, 12, 4, 2, 64).full_cache(),
+      // Large groups: 16 query heads on one kv head at 4 queries (64 packed rows on the CPU), and 16
+      // per kv head over 2000 keys (the CPU's key ranges merged).
+      KVCase::decode({700, 1000}, 1024, 16, 1, 64).q_rows(4),
+      KVCase::decode({2000}, 2048, 32, 2, 128).with(DType::f32),
   };
 }
 
@@ -284,6 +289,35 @@ INSTANTIATE_TEST_SUITE_P(All, PagedEqualsContiguous,
                            return std::string(to_string(std::get<0>(info.param))) + "_page" +
                                   std::to_string(std::get<1>(info.param));
                          });
+
+// The CPU's key ranges and its packed GQA rows follow from the shapes, not from the thread count:
+// a decode call gives the same bits on 1, 2 and 3 threads (float and bf16 products).
+struct ThreadsRestored {
+  int before = omp_get_max_threads();
+  ~ThreadsRestored() { omp_set_num_threads(before); }
+};
+
+TEST(CpuKVCacheThreads, SameBitsOnAnyThreadCount) {
+  FA_REQUIRE_BACKEND(Backend::host());
+  const ThreadsRestored restored;
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    const KVCase c = KVCase::decode({1500, 3, 700}, 1600, 8, 2, 64).q_rows(2).with(dtype).causal_mask();
+    const uint64_t seed = Rng().next();
+    std::vector<KVProblem> runs;
+    for (const int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      Rng rng(seed);
+      runs.push_back(make_kv_problem(c, rng));
+      FA_RUN_OR_SKIP(run_kvcache(Backend::host(), runs.back()));
+    }
+    for (size_t i = 1; i < runs.size(); ++i) {
+      EXPECT_EQ(std::memcmp(runs[0].out.storage(), runs[i].out.storage(), runs[0].out.storage_bytes()), 0)
+          << to_string(dtype) << ": out differs between 1 and " << i + 1 << " threads";
+      EXPECT_EQ(std::memcmp(runs[0].lse.storage(), runs[i].lse.storage(), runs[0].lse.storage_bytes()), 0)
+          << to_string(dtype) << ": lse differs between 1 and " << i + 1 << " threads";
+    }
+  }
+}
 
 // Scratch on demand (WorkspaceAllocator): with `workspace` null the library plans the call once and
 // asks the allocator for exactly the bytes kvcache_workspace_size reports (q rotated: every family

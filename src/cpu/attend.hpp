@@ -85,24 +85,32 @@ struct QueryBlock {
   }
 };
 
-// Where one (sequence, query head) lives: its query rows, the keys and values of its kv head, its
-// out rows and lse row (null: not written), and the lengths the mask aligns.
-template <class KVRows>
+// Where one task's rows live: its query rows, the keys and values of its kv head, its out and lse
+// rows, and the lengths the mask aligns. Rows are one query head's queries (QRows, ORows: HeadRows),
+// or the `group` query heads of a GQA group packed query by query (GroupRows, attend_decode.hpp):
+// len_q · group rows.
+template <class KVRows, class QRows = InRows, class ORows = OutRows>
 struct HeadViews {
-  InRows q;
+  QRows q;
   KVRows k, v;
-  OutRows out;
-  float* lse;
+  ORows out;
+  LseRows lse;
   int64_t len_q, len_k;
+  int64_t group = 1;
+
+  int64_t rows() const { return len_q * group; }
+  VisibleKeys visible_keys(const AttentionOptions& options) const {
+    return VisibleKeys(mask_of(options), len_q, len_k, group);
+  }
 };
 
 // The forward's two products, S = K·Qᵀ and Oᵀ += Vᵀ·Pᵀ, in float: Q transposed per query block, K
 // and V read in place when they are float, else widened per key block.
-template <class KVRows>
+template <class Views>
 struct FloatForwardProducts {
   const FwdParams& p;
   const ForwardTiles& t;
-  const HeadViews<KVRows>& h;
+  const Views& h;
   RowBlock k{}, v{};
 
   void load_queries(const QueryBlock& q) const { load_tile_transposed(q.qt, h.q, q.row0, q.rows, p.hdim_qk, t.out); }
@@ -120,11 +128,11 @@ struct FloatForwardProducts {
 
 // The same in bf16 (bf16_tiles.hpp): Qᵀ in pairs per query block, K as stored (gathered from
 // pages), Vᵀ per key block, P rounded to bf16 in pairs per tile.
-template <class KVRows>
+template <class Views>
 struct Bf16ForwardProducts {
   const FwdParams& p;
   const ForwardTiles& t;
-  const HeadViews<KVRows>& h;
+  const Views& h;
   Bf16Block k{};
 
   void load_queries(const QueryBlock& q) const { load_pairs_transposed(q.qt_pairs, h.q, q.row0, q.rows, p.hdim_qk); }
@@ -141,60 +149,89 @@ struct Bf16ForwardProducts {
   }
 };
 
-// Query rows [row0, row0 + blocks · kBlockM) ∩ [0, len_q) of one head against its keys, in blocks of
-// kBlockM rows. Key blocks are the outer loop: each is loaded once and folded into every query block
-// that sees it (causal / window block skipping per query block).
-template <class Products, class KVRows>
-void attend_with(const FwdParams& p, const ForwardTiles& t, const HeadViews<KVRows>& h, int64_t row0,
-                 int64_t blocks) {
-  const int64_t d = p.hdim_qk, dv = p.hdim_v;
-  const VisibleKeys mask(mask_of(p.options), h.len_q, h.len_k);
-  Products products{p, t, h};
-
-  QueryBlock qb[kMaxQueryBlocksPerTask];
-  int64_t n = 0;
-  Range keys{0, 0};  // the union of the blocks' key ranges
-  for (; n < blocks && row0 + n * kBlockM < h.len_q; ++n) {
-    const int64_t r0 = row0 + n * kBlockM, rows = std::min(kBlockM, h.len_q - r0);
-    qb[n] = {t.qt ? t.qt + n * d * kBlockM : nullptr, t.qt_pairs ? t.qt_pairs + n * d / 2 * kBlockM : nullptr,
-             t.acc_t + n * dv * kBlockM, t.running_max + n * kBlockM, t.running_sum + n * kBlockM, r0, rows,
-             mask.keys_of_rows({r0, r0 + rows})};
-    products.load_queries(qb[n]);
-    std::fill(qb[n].acc_t, qb[n].acc_t + dv * kBlockM, 0.f);
-    std::fill(qb[n].running_max, qb[n].running_max + rows, kNegInf);
-    std::fill(qb[n].running_sum, qb[n].running_sum + rows, 0.f);
-    if (qb[n].keys.empty()) continue;
-    keys = keys.empty() ? qb[n].keys : Range{std::min(keys.begin, qb[n].keys.begin), std::max(keys.end, qb[n].keys.end)};
+// f(products) on the products this call runs (bf16_products: the tiles carved for them).
+template <class Views, class F>
+void with_products(const FwdParams& p, const ForwardTiles& t, const Views& h, F&& f) {
+  if (t.qt_pairs) {
+    Bf16ForwardProducts<Views> products{p, t, h};
+    f(products);
+  } else {
+    FloatForwardProducts<Views> products{p, t, h};
+    f(products);
   }
+}
 
-  for (int64_t n_block = keys.begin / kBlockN; !keys.empty() && n_block <= (keys.end - 1) / kBlockN; ++n_block) {
+// Query block n of a task, rows [row0, row0 + rows): its state in the task's tiles, Qᵀ loaded,
+// m = −inf, ℓ = 0, acc = 0.
+template <class Products>
+QueryBlock start_query_block(const Products& products, const VisibleKeys& mask, int64_t n, int64_t row0,
+                             int64_t rows) {
+  const ForwardTiles& t = products.t;
+  const int64_t d = products.p.hdim_qk, dv = products.p.hdim_v;
+  const QueryBlock q{t.qt ? t.qt + n * d * kBlockM : nullptr, t.qt_pairs ? t.qt_pairs + n * d / 2 * kBlockM : nullptr,
+                     t.acc_t + n * dv * kBlockM, t.running_max + n * kBlockM, t.running_sum + n * kBlockM, row0, rows,
+                     mask.keys_of_rows({row0, row0 + rows})};
+  products.load_queries(q);
+  std::fill(q.acc_t, q.acc_t + dv * kBlockM, 0.f);
+  std::fill(q.running_max, q.running_max + rows, kNegInf);
+  std::fill(q.running_sum, q.running_sum + rows, 0.f);
+  return q;
+}
+
+// The key blocks holding keys [keys.begin, keys.end).
+inline Range key_blocks_of(Range keys) {
+  return keys.empty() ? Range{} : Range{keys.begin / kBlockN, (keys.end - 1) / kBlockN + 1};
+}
+
+// Key blocks `blocks`, each loaded once, folded into every one of query blocks qb[0, n) that sees it:
+// S = K·Qᵀ (transformed, masked), the online softmax, Oᵀ += Vᵀ·Pᵀ.
+template <class Products>
+void fold_key_blocks(Products& products, const VisibleKeys& mask, const QueryBlock* qb, int64_t n, Range blocks) {
+  const int64_t len_k = products.h.len_k, dv = products.p.hdim_v;
+  for (int64_t n_block = blocks.begin; n_block < blocks.end; ++n_block) {
     const int64_t key0 = n_block * kBlockN;
-    const int64_t cols = std::min(kBlockN, h.len_k - key0);
+    const int64_t cols = std::min(kBlockN, len_k - key0);
     products.load_keys(key0, cols);
     for (int64_t b = 0; b < n; ++b) {
       const QueryBlock& q = qb[b];
       if (!q.sees(n_block)) continue;
-      products.scores(q, {q.row0, q.rows, key0, cols}, mask);  // S = K·Qᵀ, transformed, masked
-      fold_scores(t.st, cols, q.rows, q.running_max, q.running_sum, q.acc_t, dv);
-      products.accumulate_output(q, cols);  // Oᵀ += Vᵀ·Pᵀ
+      products.scores(q, {q.row0, q.rows, key0, cols}, mask);
+      fold_scores(products.t.st, cols, q.rows, q.running_max, q.running_sum, q.acc_t, dv);
+      products.accumulate_output(q, cols);
     }
-  }
-
-  for (int64_t b = 0; b < n; ++b) {
-    const QueryBlock& q = qb[b];
-    finish_output(q.acc_t, dv, q.rows, q.running_max, q.running_sum, t.out, h.lse ? h.lse + q.row0 : nullptr);
-    store_tile(h.out, q.row0, q.rows, dv, t.out, dv);
   }
 }
 
-// attend_rows on the products this call runs (bf16_products).
-template <class KVRows>
-void attend_rows(const FwdParams& p, const ForwardTiles& t, const HeadViews<KVRows>& h, int64_t row0,
-                 int64_t blocks) {
-  if (t.qt_pairs)
-    attend_with<Bf16ForwardProducts<KVRows>>(p, t, h, row0, blocks);
-  else
-    attend_with<FloatForwardProducts<KVRows>>(p, t, h, row0, blocks);
+// The epilogue of a query block: O = acc / ℓ and LSE = m + log ℓ, written once.
+template <class Views>
+void finish_query_block(const QueryBlock& q, const ForwardTiles& t, const Views& h, int64_t dv) {
+  float lse[kBlockM];
+  finish_output(q.acc_t, dv, q.rows, q.running_max, q.running_sum, t.out, h.lse.data ? lse : nullptr);
+  store_tile(h.out, q.row0, q.rows, dv, t.out, dv);
+  if (h.lse.data == nullptr) return;
+  for (int64_t i = 0; i < q.rows; ++i) *h.lse.at(q.row0 + i) = lse[i];
+}
+
+// Rows [row0, row0 + blocks · kBlockM) ∩ [0, h.rows()) of a task against its keys, in blocks of
+// kBlockM rows. Key blocks are the outer loop: each is loaded once and folded into every query block
+// that sees it (causal / window block skipping per query block).
+template <class Views>
+void attend_rows(const FwdParams& p, const ForwardTiles& t, const Views& h, int64_t row0, int64_t blocks) {
+  const VisibleKeys mask = h.visible_keys(p.options);
+  with_products(p, t, h, [&](auto& products) {
+    QueryBlock qb[kMaxQueryBlocksPerTask];
+    int64_t n = 0;
+    Range keys{0, 0};  // the union of the blocks' key ranges
+    for (; n < blocks && row0 + n * kBlockM < h.rows(); ++n) {
+      const int64_t r0 = row0 + n * kBlockM;
+      qb[n] = start_query_block(products, mask, n, r0, std::min(kBlockM, h.rows() - r0));
+      if (qb[n].keys.empty()) continue;
+      keys = keys.empty() ? qb[n].keys
+                          : Range{std::min(keys.begin, qb[n].keys.begin), std::max(keys.end, qb[n].keys.end)};
+    }
+    fold_key_blocks(products, mask, qb, n, key_blocks_of(keys));
+    for (int64_t b = 0; b < n; ++b) finish_query_block(qb[b], t, h, p.hdim_v);
+  });
 }
 
 // Query blocks per task: as many as kMaxQueryBlocksPerTask while there stay about four tasks per

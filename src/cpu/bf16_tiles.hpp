@@ -68,19 +68,22 @@ void load_transposed_bf16(uint16_t* dst, int64_t ldd, const Rows& src, int64_t r
 // holds column c of row r (low half) and of row r + 1 (high half; zero past an odd `rows`).
 template <class Rows>
 void load_pairs(uint32_t* dst, int64_t ldd, const Rows& src, int64_t row0, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; r += 2) {
-    const uint16_t* even = bf16_row(src, row0 + r);
-    const uint16_t* odd = r + 1 < rows ? bf16_row(src, row0 + r + 1) : nullptr;
-    uint32_t* out = dst + r / 2 * ldd;
-    for (int64_t c = 0; c < cols; ++c) out[c] = even[c] | (odd ? uint32_t{odd[c]} << 16 : 0u);
-  }
+  for (int64_t r = 0; r < rows; r += 2)
+    interleave_bf16(dst + r / 2 * ldd, bf16_row(src, row0 + r), r + 1 < rows ? bf16_row(src, row0 + r + 1) : nullptr,
+                    cols);
 }
 
 // The transpose of rows [row0, row0 + rows) × columns [0, cols) (cols even) in pairs, as a tile with
 // kBlockM columns (B of a product whose k is the columns, e.g. Qᵀ in Sᵀ = K·Qᵀ): word
 // dst[(c / 2) * kBlockM + r] holds columns c (low half) and c + 1 (high half) of row r.
+// A pair of columns is a 32-bit word of a row, so where the rows lie at one even stride from a
+// 4-byte boundary the tile is the rows' words transposed (transpose_words_into_tile, on libxsmm).
 template <class Rows>
 void load_pairs_transposed(uint32_t* dst, const Rows& src, int64_t row0, int64_t rows, int64_t cols) {
+  const uint16_t* first = bf16_row(src, row0);
+  const bool words = src.uniform(row0, rows) && reinterpret_cast<uintptr_t>(first) % 4 == 0 &&
+                     (rows == 1 || src.row_stride % 2 == 0);
+  if (words && transpose_words_into_tile(dst, first, rows == 1 ? cols / 2 : src.row_stride / 2, rows, cols / 2)) return;
   for (int64_t r = 0; r < rows; ++r) {
     const uint16_t* row = bf16_row(src, row0 + r);
     for (int64_t w = 0; w < cols / 2; ++w) dst[w * kBlockM + r] = row[2 * w] | uint32_t{row[2 * w + 1]} << 16;

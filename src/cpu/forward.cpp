@@ -32,7 +32,7 @@ HeadViews<KVRows> forward_views(const FwdParams& p, int64_t b, int64_t h) {
           kv_rows<KVRows>(p, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, b, seq, h_kv),
           kv_rows<KVRows>(p, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, b, seq, h_kv),
           head_rows(p.out, p.dtype, p.o_batch_stride, p.o_row_stride, p.o_head_stride, b, seq.row_offset_q, h),
-          p.lse ? lse_rows(p, b, seq, h) : nullptr,
+          LseRows{p.lse ? lse_rows(p, b, seq, h) : nullptr},
           seq.len_q,
           seq.len_k};
 }

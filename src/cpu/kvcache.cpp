@@ -2,14 +2,16 @@
 //   1. append: k_new (rotated at its positions when rotary tables are given) and v_new are written
 //      into the cache at cache_seqlens[b] + t, sequence after sequence (batch order);
 //   2. rotate q: with rotary tables, q is rotated into the workspace (a contiguous copy in q's dtype);
-//   3. attend: every (sequence, query head, query block) runs the forward's tiled online softmax
-//      (attend.hpp) over its keys, cache rows [cache_leftpad[b] or 0, cache_seqlens[b] + seqlen_new), read straight from the cache
-//      through the cache's row addressing (contiguous row or block_table pages): no gathered copy.
+//   3. attend: every (sequence, kv head) with its group's query heads packed and its keys split into
+//      ranges (attend_decode.hpp) when the queries are few, else every (sequence, query head, query
+//      block), runs the forward's tiled online softmax (attend.hpp) over its keys, cache rows
+//      [cache_leftpad[b] or 0, cache_seqlens[b] + seqlen_new), read straight from the cache through
+//      the cache's row addressing (contiguous row or block_table pages): no gathered copy.
 // Validation has checked every index value (lengths, cache rows, pages, rotary positions) for host
 // tensors, so nothing here reads or writes outside the views.
 #include <vector>
 
-#include "cpu/attend.hpp"
+#include "cpu/attend_decode.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "cpu/rotary.hpp"
 
@@ -100,10 +102,29 @@ void rotate_queries(const KVCacheParams& p, void* rotated_q) {
   }
 }
 
-// Step 3: attention of every query block against its sequence's keys in the cache.
+// Step 3: attention of every query block against its sequence's keys in the cache. Decode-sized
+// queries (a GQA group's heads times the queries fit one block) run as attend_decode.hpp lays them
+// out: the group's heads packed, the keys split into ranges; longer ones as the forward's tasks.
 template <class Cache>
 void attend_cache(const KVCacheParams& p, const void* q, int64_t q_batch_stride, int64_t q_row_stride,
                   int64_t q_head_stride) {
+  if (decode_packs(p)) {
+    const int64_t group = p.group_size();
+    attend_groups(p, [&](int64_t b, int64_t h_kv) {
+      const int64_t h0 = h_kv * group;  // the group's first query head
+      using Views = HeadViews<typename Cache::Rows, GroupRows<const void*>, GroupRows<void*>>;
+      return Views{
+          {q, p.dtype, b * q_batch_stride + h0 * q_head_stride, q_row_stride, q_head_stride, group},
+          Cache::rows(p, key_side(p), b, h_kv, first_key(p, b)),
+          Cache::rows(p, value_side(p), b, h_kv, first_key(p, b)),
+          {p.out, p.dtype, b * p.o_batch_stride + h0 * p.o_head_stride, p.o_row_stride, p.o_head_stride, group},
+          {p.lse ? p.lse + b * p.lse_batch_stride + h0 * p.lse_head_stride : nullptr, p.lse_head_stride, group},
+          p.seqlen_q,
+          keys_of(p, b),
+          group};
+    });
+    return;
+  }
   for_each_query_task(p, [&](const ForwardTiles& tiles, int64_t b, int64_t h, int64_t row0, int64_t blocks) {
     const int64_t h_kv = h / p.group_size();
     const HeadViews<typename Cache::Rows> views{
@@ -111,7 +132,7 @@ void attend_cache(const KVCacheParams& p, const void* q, int64_t q_batch_stride,
         Cache::rows(p, key_side(p), b, h_kv, first_key(p, b)),
         Cache::rows(p, value_side(p), b, h_kv, first_key(p, b)),
         head_rows(p.out, p.dtype, p.o_batch_stride, p.o_row_stride, p.o_head_stride, b, 0, h),
-        p.lse ? p.lse + b * p.lse_batch_stride + h * p.lse_head_stride : nullptr,
+        LseRows{p.lse ? p.lse + b * p.lse_batch_stride + h * p.lse_head_stride : nullptr},
         p.seqlen_q,
         keys_of(p, b)};
     attend_rows(p, tiles, views, row0, blocks);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cpu/convert.hpp"
+#include "cpu/tile_math.hpp"
 
 #ifdef FLASHATTN_WITH_LIBXSMM
 #include <libxsmm.h>
@@ -98,6 +99,27 @@ void matmul_acc(float* c, int64_t ldc, MatA a, const float* b, int64_t ldb, int6
   }
 #endif
   detail::matmul_acc_loops(c, ldc, a, b, ldb, m, n, k);
+}
+
+void transpose_into_tile(float* dst, const float* src, int64_t ld, int64_t queries, int64_t cols) {
+#ifdef FLASHATTN_WITH_LIBXSMM
+  // Column-major, src is cols × queries (leading dimension ld) and dst queries × cols (kBlockM).
+  libxsmm_otrans(dst, src, sizeof(float), static_cast<libxsmm_blasint>(cols), static_cast<libxsmm_blasint>(queries),
+                 static_cast<libxsmm_blasint>(ld), static_cast<libxsmm_blasint>(kBlockM));
+#else
+  transpose_into_tile_loops(dst, src, ld, queries, cols);
+#endif
+}
+
+bool transpose_words_into_tile(uint32_t* dst, const void* src, int64_t ld, int64_t queries, int64_t cols) {
+#ifdef FLASHATTN_WITH_LIBXSMM
+  libxsmm_otrans(dst, src, sizeof(uint32_t), static_cast<libxsmm_blasint>(cols), static_cast<libxsmm_blasint>(queries),
+                 static_cast<libxsmm_blasint>(ld), static_cast<libxsmm_blasint>(kBlockM));
+  return true;
+#else
+  (void)dst, (void)src, (void)ld, (void)queries, (void)cols;
+  return false;
+#endif
 }
 
 const char* matmul_engine() {

@@ -99,6 +99,30 @@ HeadRows<Ptr> head_rows(Ptr data, DType dtype, int64_t batch_stride, int64_t row
   return {data, dtype, static_cast<int64_t>(first), row_stride};
 }
 
+// The query rows (or out rows) of a GQA group's `group` query heads of a [.., rows, heads, d]
+// tensor, packed query by query so that one tile holds them all (attend_decode.hpp): packed row r
+// is row r / group of head first head + r % group, at data[first + (r / group) * row_stride +
+// (r % group) * head_stride]. Rows at one stride only when the group is one head.
+template <class Ptr>
+struct GroupRows {
+  Ptr data;
+  DType dtype;
+  int64_t first;
+  int64_t row_stride, head_stride, group;
+
+  int64_t at(int64_t r) const { return first + r / group * row_stride + r % group * head_stride; }
+  bool uniform(int64_t /*r0*/, int64_t n) const { return n <= 1 || group == 1; }
+};
+
+// Where a task's LSE values go: row r's at data[r / group + (r % group) * head_stride] (the layout
+// [heads, rows] of one sequence: a head's own rows with group 1, a packed GQA group's otherwise).
+struct LseRows {
+  float* data = nullptr;  // null: not written
+  int64_t head_stride = 0, group = 1;
+
+  float* at(int64_t r) const { return data + r / group + r % group * head_stride; }
+};
+
 // The keys (or values) of one (sequence, kv head) of a paged KV cache: key t is row t % page_size
 // of page pages[t / page_size] (params.hpp's addressing; the pages were checked by validation).
 struct PagedRows {
@@ -177,6 +201,18 @@ void load_tile(float* tile, int64_t ld, const Rows& src, int64_t row0, int64_t r
   }
 }
 
+// A hint to the caches to fetch rows [row0, row0 + rows) × columns [0, cols) of src, one request per
+// 64-byte line: the rows of one kv head lie a whole cache row (heads · d elements) apart, so at
+// the cache's usual 4 KB or more the hardware prefetchers, which stop at page ends, see no stream.
+template <class Rows>
+void prefetch_rows(const Rows& src, int64_t row0, int64_t rows, int64_t cols) {
+  const int64_t bytes = cols * element_size(src.dtype);
+  for (int64_t r = 0; r < rows; ++r) {
+    const char* row = static_cast<const char*>(src.data) + src.at(row0 + r) * element_size(src.dtype);
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
+  }
+}
+
 // A block of rows as a product reads it: row r, column c at data[r * ld + c], float.
 struct RowBlock {
   const float* data;
@@ -202,7 +238,8 @@ void load_tile_transposed(float* __restrict tile, const Rows& src, int64_t row0,
 }
 
 // Tile store: tile[r * ld + c] into rows [row0, row0 + rows) × columns [0, cols) of dst.
-inline void store_tile(const OutRows& dst, int64_t row0, int64_t rows, int64_t cols, const float* tile, int64_t ld) {
+template <class Rows>
+void store_tile(const Rows& dst, int64_t row0, int64_t rows, int64_t cols, const float* tile, int64_t ld) {
   for (int64_t r = 0; r < rows; ++r) store_row(dst.data, dst.dtype, dst.at(row0 + r), tile + r * ld, cols);
 }
 

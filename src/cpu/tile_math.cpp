@@ -88,6 +88,34 @@ void finish_output(const float* acc_t, int64_t dv, int64_t queries, const float*
 }
 
 FLASHATTN_CLONES
+void fold_score_rows(float* s, int64_t rows, int64_t keys, float* running_max, float* running_sum, float* acc,
+                     int64_t dv) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* __restrict row = s + i * kBlockN;
+    const float block_max = row_max(row, keys);  // NaN scores ignored, as in fold_scores
+    const float m_new = block_max > running_max[i] ? block_max : running_max[i];
+    const float shift = m_new == -kInf ? 0.f : m_new;  // no key seen yet: exp(−inf − 0) = 0, not NaN
+    const float rescale = exp_nonpositive(running_max[i] - shift);
+    for (int64_t j = 0; j < keys; ++j) row[j] = exp_nonpositive(row[j] - shift);
+    running_sum[i] = running_sum[i] * rescale + row_sum(row, keys);
+    if (m_new != running_max[i]) scale_row(acc + i * dv, dv, rescale);  // else by exactly 1
+    running_max[i] = m_new;
+  }
+}
+
+FLASHATTN_CLONES
+void finish_rows(float* acc, int64_t dv, int64_t rows, const float* running_max, const float* running_sum,
+                 float* lse) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const bool fully_masked = running_sum[i] == 0.f;
+    const float inv_sum = fully_masked ? 0.f : 1.f / running_sum[i];
+    float* __restrict out_row = acc + i * dv;
+    for (int64_t c = 0; c < dv; ++c) out_row[c] = fully_masked ? 0.f : out_row[c] * inv_sum;
+    if (lse != nullptr) lse[i] = fully_masked ? kInf : running_max[i] + std::log(running_sum[i]);
+  }
+}
+
+FLASHATTN_CLONES
 void probs_and_dscores(float* st, float* dpt, int64_t keys, int64_t queries, const float* lse, const float* delta,
                        const ScoreChain& score_chain) {
   const ScoreChain chain = score_chain;
@@ -105,7 +133,7 @@ void probs_and_dscores(float* st, float* dpt, int64_t keys, int64_t queries, con
 }
 
 FLASHATTN_CLONES
-void transpose_into_tile(float* dst, const float* src, int64_t ld, int64_t queries, int64_t cols) {
+void transpose_into_tile_loops(float* dst, const float* src, int64_t ld, int64_t queries, int64_t cols) {
   for (int64_t i = 0; i < queries; ++i) {
     const float* __restrict row = src + i * ld;
     for (int64_t c = 0; c < cols; ++c) dst[c * kBlockM + i] = row[c];
@@ -158,6 +186,15 @@ void pack_pairs_bf16(uint32_t* dst, int64_t ldd, const float* src, int64_t lds, 
       for (int64_t c = 0; c < cols; ++c) out[c] = bf16_bits(even[c]);
     }
   }
+}
+
+FLASHATTN_CLONES
+void interleave_bf16(uint32_t* dst, const uint16_t* even, const uint16_t* odd, int64_t n) {
+  if (odd == nullptr) {
+    for (int64_t c = 0; c < n; ++c) dst[c] = even[c];
+    return;
+  }
+  for (int64_t c = 0; c < n; ++c) dst[c] = even[c] | uint32_t{odd[c]} << 16;
 }
 
 FLASHATTN_CLONES

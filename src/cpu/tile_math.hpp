@@ -35,6 +35,15 @@ void fold_scores(float* st, int64_t keys, int64_t queries, float* running_max, f
 void finish_output(const float* acc_t, int64_t dv, int64_t queries, const float* running_max,
                    const float* running_sum, float* out, float* lse);
 
+// The same two steps on a score tile laid out the other way, rows × keys (s[i * kBlockN + j]; the
+// decode's products, attend_decode.hpp, whose few query rows make the keys the vector dimension)
+// with the output accumulator as rows (acc[i * dv + c]): fold_score_rows is fold_scores, P = exp(S −
+// m_new) into s; finish_rows is finish_output, O = acc / ℓ in place.
+void fold_score_rows(float* s, int64_t rows, int64_t keys, float* running_max, float* running_sum, float* acc,
+                     int64_t dv);
+void finish_rows(float* acc, int64_t dv, int64_t rows, const float* running_max, const float* running_sum,
+                 float* lse);
+
 // Backward recomputation on one tile: P = exp(S − LSE) (masked scores, −inf, give 0) into st, and
 // dS = P∘(dP − D) times the score transform's slope d(score)/d(q·k) (chain) into dpt, which holds dP
 // on entry.
@@ -42,8 +51,14 @@ void probs_and_dscores(float* st, float* dpt, int64_t keys, int64_t queries, con
                        const ScoreChain& chain);
 
 // dst[c * kBlockM + i] = src[i * ld + c]: rows [0, queries) × columns [0, cols) of a row-major
-// float block transposed into a tile with kBlockM columns.
+// float block transposed into a tile with kBlockM columns. transpose_into_tile (matmul.cpp) runs on
+// libxsmm's transpose when the build has it (1.8 × these loops on a 64 × 128 block, AVX-512), on
+// transpose_into_tile_loops otherwise.
 void transpose_into_tile(float* dst, const float* src, int64_t ld, int64_t queries, int64_t cols);
+void transpose_into_tile_loops(float* dst, const float* src, int64_t ld, int64_t queries, int64_t cols);
+// The same for 32-bit words (bf16 pairs) read from `src` at word stride ld, on libxsmm only: false
+// (nothing written) without it.
+bool transpose_words_into_tile(uint32_t* dst, const void* src, int64_t ld, int64_t queries, int64_t cols);
 
 // dst[i * ld + c] = Σ_s parts[s][c * kBlockM + i]: the transposed tiles of `parts` split partial sums
 // (in order of s), back to rows.
@@ -58,6 +73,9 @@ void sum_transposed_tiles(float* dst, int64_t ld, const float* const* parts, int
 void round_tile_bf16(uint16_t* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols,
                      int64_t cols_even);
 void pack_pairs_bf16(uint32_t* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows, int64_t cols);
+
+// dst[c] = even[c] | odd[c] << 16 (odd null: 0), c < n: two rows of bf16 interleaved into pairs.
+void interleave_bf16(uint32_t* dst, const uint16_t* even, const uint16_t* odd, int64_t n);
 
 // dst[c] = src[c] widened from bf16 / f16 bits, c < n (the f32 case does not come here).
 void widen_bf16(float* dst, const uint16_t* src, int64_t n);

@@ -76,17 +76,23 @@ void load_pairs(uint32_t* dst, int64_t ldd, const Rows& src, int64_t row0, int64
 // The transpose of rows [row0, row0 + rows) × columns [0, cols) (cols even) in pairs, as a tile with
 // kBlockM columns (B of a product whose k is the columns, e.g. Qᵀ in Sᵀ = K·Qᵀ): word
 // dst[(c / 2) * kBlockM + r] holds columns c (low half) and c + 1 (high half) of row r.
-// A pair of columns is a 32-bit word of a row, so where the rows lie at one even stride from a
-// 4-byte boundary the tile is the rows' words transposed (transpose_words_into_tile, on libxsmm).
+// A pair of columns is a 32-bit word of a row, so rows that lie at one even stride from a 4-byte
+// boundary (all of them, or each page's run of a paged block) are transposed as words
+// (transpose_words_into_tile, on libxsmm); other rows element by element.
 template <class Rows>
 void load_pairs_transposed(uint32_t* dst, const Rows& src, int64_t row0, int64_t rows, int64_t cols) {
-  const uint16_t* first = bf16_row(src, row0);
-  const bool words = src.uniform(row0, rows) && reinterpret_cast<uintptr_t>(first) % 4 == 0 &&
-                     (rows == 1 || src.row_stride % 2 == 0);
-  if (words && transpose_words_into_tile(dst, first, rows == 1 ? cols / 2 : src.row_stride / 2, rows, cols / 2)) return;
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint16_t* row = bf16_row(src, row0 + r);
-    for (int64_t w = 0; w < cols / 2; ++w) dst[w * kBlockM + r] = row[2 * w] | uint32_t{row[2 * w + 1]} << 16;
+  for (int64_t r = 0; r < rows;) {
+    int64_t n = 1;  // the run of rows from r at one stride
+    while (r + n < rows && src.uniform(row0 + r, n + 1)) ++n;
+    const uint16_t* first = bf16_row(src, row0 + r);
+    const bool words = reinterpret_cast<uintptr_t>(first) % 4 == 0 && (n == 1 || src.row_stride % 2 == 0);
+    if (!words || !transpose_words_into_tile(dst + r, first, n == 1 ? cols / 2 : src.row_stride / 2, n, cols / 2)) {
+      for (int64_t i = r; i < r + n; ++i) {
+        const uint16_t* row = bf16_row(src, row0 + i);
+        for (int64_t w = 0; w < cols / 2; ++w) dst[w * kBlockM + i] = row[2 * w] | uint32_t{row[2 * w + 1]} << 16;
+      }
+    }
+    r += n;
   }
 }
 

@@ -20,6 +20,7 @@
 #include "cpu/mask.hpp"
 #include "cpu/matmul.hpp"
 #include "cpu/row_ops.hpp"
+#include "cpu/tile_math.hpp"
 
 namespace fa_test {
 namespace {
@@ -305,35 +306,39 @@ bool sees(int64_t i, int64_t j, int64_t len_q, int64_t len_k, int64_t left, int6
   return true;
 }
 
+// With g rows per query (a GQA group's heads packed, attend_decode.hpp) row i is query i / g.
 TEST(VisibleKeys, MatchesTheRuleByBruteForce) {
   int64_t checked = 0;
+  for (int64_t g : {1, 3}) {
   for (int64_t len_q = 0; len_q <= 9; ++len_q) {
     for (int64_t len_k = 0; len_k <= 9; ++len_k) {
       for (int64_t left = -1; left <= 10; ++left) {
         for (int64_t right = -1; right <= 10; ++right) {
-          const cpu::VisibleKeys mask(MaskParams{false, left, right}, len_q, len_k);
-          const std::string where = "len_q " + std::to_string(len_q) + " len_k " + std::to_string(len_k) + " left " +
+          const cpu::VisibleKeys mask(MaskParams{false, left, right}, len_q, len_k, g);
+          const int64_t len_rows = len_q * g;
+          const auto sees_row = [&](int64_t i, int64_t j) { return sees(i / g, j, len_q, len_k, left, right); };
+          const std::string where = "g " + std::to_string(g) + " len_q " + std::to_string(len_q) + " len_k " + std::to_string(len_k) + " left " +
                                     std::to_string(left) + " right " + std::to_string(right);
           // keys_of_row: exactly the visible keys (they are one range).
-          for (int64_t i = 0; i < len_q; ++i) {
+          for (int64_t i = 0; i < len_rows; ++i) {
             const cpu::Range keys = mask.keys_of_row(i);
             for (int64_t j = -1; j <= len_k; ++j) {
               const bool in = !keys.empty() && j >= keys.begin && j < keys.end;
-              ASSERT_EQ(in, sees(i, j, len_q, len_k, left, right)) << where << " row " << i << " key " << j;
+              ASSERT_EQ(in, sees_row(i, j)) << where << " row " << i << " key " << j;
             }
             std::vector<float> row(len_k, 1.f);
             mask.mask_row(row.data(), i, 0, len_k);
-            for (int64_t j = 0; j < len_k; ++j) ASSERT_EQ(row[j] == 1.f, sees(i, j, len_q, len_k, left, right)) << where;
+            for (int64_t j = 0; j < len_k; ++j) ASSERT_EQ(row[j] == 1.f, sees_row(i, j)) << where;
           }
           // keys_of_rows and rows_of_keys over every range: the hull of what the rows see, and
           // every row that sees a key of the range (nothing the backward's dK/dV pass would miss),
           // and no row beyond the hull of those.
-          for (int64_t a = 0; a <= len_q; ++a) {
-            for (int64_t b = a; b <= len_q; ++b) {
+          for (int64_t a = 0; a <= len_rows; ++a) {
+            for (int64_t b = a; b <= len_rows; ++b) {
               int64_t lo = len_k, hi = -1;
               for (int64_t i = a; i < b; ++i)
                 for (int64_t j = 0; j < len_k; ++j)
-                  if (sees(i, j, len_q, len_k, left, right)) lo = std::min(lo, j), hi = std::max(hi, j);
+                  if (sees_row(i, j)) lo = std::min(lo, j), hi = std::max(hi, j);
               const cpu::Range keys = mask.keys_of_rows({a, b});
               if (hi < 0) {
                 ASSERT_TRUE(keys.empty() || keys.begin >= len_k || keys.end <= 0) << where << " rows " << a << ".." << b;
@@ -345,14 +350,14 @@ TEST(VisibleKeys, MatchesTheRuleByBruteForce) {
           }
           for (int64_t a = 0; a <= len_k; ++a) {
             for (int64_t b = a; b <= len_k; ++b) {
-              int64_t lo = len_q, hi = -1;
-              for (int64_t i = 0; i < len_q; ++i)
+              int64_t lo = len_rows, hi = -1;
+              for (int64_t i = 0; i < len_rows; ++i)
                 for (int64_t j = a; j < b; ++j)
-                  if (sees(i, j, len_q, len_k, left, right)) lo = std::min(lo, i), hi = std::max(hi, i);
+                  if (sees_row(i, j)) lo = std::min(lo, i), hi = std::max(hi, i);
               const cpu::Range rows = mask.rows_of_keys({a, b});
               if (hi < 0) {
-                for (int64_t i = std::max<int64_t>(rows.begin, 0); i < std::min(rows.end, len_q); ++i)
-                  for (int64_t j = a; j < b; ++j) ASSERT_FALSE(sees(i, j, len_q, len_k, left, right)) << where;
+                for (int64_t i = std::max<int64_t>(rows.begin, 0); i < std::min(rows.end, len_rows); ++i)
+                  for (int64_t j = a; j < b; ++j) ASSERT_FALSE(sees_row(i, j)) << where;
               } else {
                 ASSERT_EQ(rows.begin, lo) << where << " keys " << a << ".." << b;
                 ASSERT_EQ(rows.end, hi + 1) << where << " keys " << a << ".." << b;
@@ -364,7 +369,32 @@ TEST(VisibleKeys, MatchesTheRuleByBruteForce) {
       }
     }
   }
-  EXPECT_GT(checked, 100000);
+  }
+  EXPECT_GT(checked, 200000);
+}
+
+// f16_to_float on every half against the value by its definition (branch-free, so widen_f16's
+// loop vectorizes), and widen_f16 (the dispatched loop) against it bitwise; float_to_f16 rounds
+// every finite half back to itself.
+TEST(F16, EveryHalfConvertsExactly) {
+  std::vector<uint16_t> halves(65536);
+  for (uint32_t h = 0; h < 65536; ++h) halves[h] = static_cast<uint16_t>(h);
+  std::vector<float> widened(65536);
+  cpu::widen_f16(widened.data(), halves.data(), 65536);
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const int exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    const double sign = (h & 0x8000) ? -1 : 1;
+    const float v = f16_to_float(static_cast<uint16_t>(h));
+    ASSERT_EQ(float_to_bits(widened[h]), float_to_bits(v)) << std::hex << h;
+    if (exp == 0x1f) {
+      ASSERT_TRUE(man == 0 ? std::isinf(v) && (v < 0) == (sign < 0) : std::isnan(v)) << std::hex << h;
+      continue;
+    }
+    const double want = sign * (exp == 0 ? std::ldexp(man, -24) : std::ldexp(1024 + man, exp - 25));
+    ASSERT_EQ(static_cast<double>(v), want) << std::hex << h;
+    ASSERT_EQ(std::signbit(v), sign < 0) << std::hex << h;
+    ASSERT_EQ(float_to_f16(v), h) << std::hex << h;
+  }
 }
 
 // The selection rule over stand-in families (host tensors): "auto" takes the first family whose

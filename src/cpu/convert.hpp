@@ -30,18 +30,15 @@ inline uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
+// Branch-free (three results, one selected), so that loops over it vectorize (tile_math's
+// widen_f16); integer operations and an exact int → float conversion only: subnormal halves come out
+// exact even where the FPU flushes subnormal floats (DAZ), since none is ever formed.
 inline float f16_to_float(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t man = h & 0x3ffu;
-  if (exp == 0x1f) return bits_to_float(sign | 0x7f800000u | (man << 13));  // inf / NaN
-  if (exp == 0) {
-    if (man == 0) return bits_to_float(sign);
-    // subnormal: value = man · 2^-24
-    float v = static_cast<float>(man) * (1.0f / 16777216.0f);
-    return sign ? -v : v;
-  }
-  return bits_to_float(sign | ((exp + 112) << 23) | (man << 13));
+  const uint32_t exp = h & 0x7c00u, man = h & 0x3ffu, sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t normal = (static_cast<uint32_t>(h & 0x7fffu) << 13) + (112u << 23);  // exponent rebiased 15 → 127
+  const uint32_t special = 0x7f800000u | (man << 13);                                // inf / NaN, payload kept
+  const uint32_t subnormal = float_to_bits(static_cast<float>(man) * (1.0f / 16777216.0f));  // man · 2^-24, or 0
+  return bits_to_float(sign | (exp == 0x7c00u ? special : exp == 0 ? subnormal : normal));
 }
 
 inline uint16_t float_to_f16(float f) {

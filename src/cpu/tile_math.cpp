@@ -15,8 +15,11 @@
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
 #define FLASHATTN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define FLASHATTN_F16C 1
+#include <immintrin.h>
 #else
 #define FLASHATTN_CLONES
+#define FLASHATTN_F16C 0
 #endif
 
 namespace flashattn::cpu {
@@ -202,9 +205,33 @@ void widen_bf16(float* dst, const uint16_t* src, int64_t n) {
   for (int64_t c = 0; c < n; ++c) dst[c] = bf16_to_float(src[c]);
 }
 
+namespace {
 FLASHATTN_CLONES
-void widen_f16(float* dst, const uint16_t* src, int64_t n) {
+void widen_f16_loop(float* dst, const uint16_t* src, int64_t n) {
   for (int64_t c = 0; c < n; ++c) dst[c] = f16_to_float(src[c]);
+}
+
+#if FLASHATTN_F16C
+// The CPU's own conversion, eight halves an instruction (VCVTPH2PS: exact, subnormal halves too,
+// whatever MXCSR.DAZ says; a signaling NaN comes out quiet, the one difference from f16_to_float).
+__attribute__((target("avx,f16c"))) void widen_f16_f16c(float* dst, const uint16_t* src, int64_t n) {
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8)
+    _mm256_storeu_ps(dst + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c))));
+  widen_f16_loop(dst + c, src + c, n - c);
+}
+#endif
+}  // namespace
+
+void widen_f16(float* dst, const uint16_t* src, int64_t n) {
+#if FLASHATTN_F16C
+  static const bool f16c = __builtin_cpu_supports("f16c");
+  if (f16c) {
+    widen_f16_f16c(dst, src, n);
+    return;
+  }
+#endif
+  widen_f16_loop(dst, src, n);
 }
 
 const char* tile_math_isa() {

@@ -63,11 +63,6 @@ struct ForwardTiles {
     }
     return t;
   }
-  static int64_t floats(int64_t d, int64_t dv, bool bf16) {
-    ThreadScratch::Carver counter(nullptr);
-    carve(counter, d, dv, bf16);
-    return counter.used();
-  }
 };
 
 // The state of query block `b` of a task, and its rows and visible keys.
@@ -149,14 +144,15 @@ struct Bf16ForwardProducts {
   }
 };
 
-// f(products) on the products this call runs (bf16_products: the tiles carved for them).
-template <class Views, class F>
-void with_products(const FwdParams& p, const ForwardTiles& t, const Views& h, F&& f) {
-  if (t.qt_pairs) {
-    Bf16ForwardProducts<Views> products{p, t, h};
+// f(products) on the products this call runs, Float<Views> or Bf16<Views> (bf16_products: which
+// the tiles were carved for).
+template <template <class> class Float, template <class> class Bf16, class Tiles, class Views, class F>
+void with_products(bool bf16, const FwdParams& p, const Tiles& t, const Views& h, F&& f) {
+  if (bf16) {
+    Bf16<Views> products{p, t, h};
     f(products);
   } else {
-    FloatForwardProducts<Views> products{p, t, h};
+    Float<Views> products{p, t, h};
     f(products);
   }
 }
@@ -208,8 +204,7 @@ void finish_query_block(const QueryBlock& q, const ForwardTiles& t, const Views&
   float lse[kBlockM];
   finish_output(q.acc_t, dv, q.rows, q.running_max, q.running_sum, t.out, h.lse.data ? lse : nullptr);
   store_tile(h.out, q.row0, q.rows, dv, t.out, dv);
-  if (h.lse.data == nullptr) return;
-  for (int64_t i = 0; i < q.rows; ++i) *h.lse.at(q.row0 + i) = lse[i];
+  h.lse.store(q.row0, q.rows, lse);
 }
 
 // Rows [row0, row0 + blocks · kBlockM) ∩ [0, h.rows()) of a task against its keys, in blocks of
@@ -218,7 +213,7 @@ void finish_query_block(const QueryBlock& q, const ForwardTiles& t, const Views&
 template <class Views>
 void attend_rows(const FwdParams& p, const ForwardTiles& t, const Views& h, int64_t row0, int64_t blocks) {
   const VisibleKeys mask = h.visible_keys(p.options);
-  with_products(p, t, h, [&](auto& products) {
+  with_products<FloatForwardProducts, Bf16ForwardProducts>(t.qt_pairs != nullptr, p, t, h, [&](auto& products) {
     QueryBlock qb[kMaxQueryBlocksPerTask];
     int64_t n = 0;
     Range keys{0, 0};  // the union of the blocks' key ranges
@@ -253,7 +248,7 @@ void for_each_query_task(const FwdParams& p, Task&& task) {
   if (tasks == 0) return;
   const int threads = static_cast<int>(std::min(max_threads, tasks));
   const bool bf16 = bf16_products(p);
-  ThreadScratch scratch(threads, ForwardTiles::floats(p.hdim_qk, p.hdim_v, bf16));
+  ThreadScratch scratch(threads, ThreadScratch::floats_of<ForwardTiles>(p.hdim_qk, p.hdim_v, bf16));
 
 #pragma omp parallel num_threads(threads)
   {

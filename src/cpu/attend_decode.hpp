@@ -78,10 +78,12 @@ struct DecodeTiles {
     }
     return t;
   }
-  static int64_t floats(int64_t d, int64_t dv, bool bf16) {
-    ThreadScratch::Carver counter(nullptr);
-    carve(counter, d, dv, bf16);
-    return counter.used();
+
+  // A fresh state for `rows` rows: m = −inf, ℓ = 0, acc = 0.
+  void start_state(int64_t rows, int64_t dv) const {
+    std::fill(acc, acc + rows * dv, 0.f);
+    std::fill(running_max, running_max + rows, kNegInf);
+    std::fill(running_sum, running_sum + rows, 0.f);
   }
 };
 
@@ -136,11 +138,9 @@ template <class Views>
 void decode_key_blocks(const FwdParams& p, const DecodeTiles& t, const Views& h, const VisibleKeys& mask,
                        Range blocks) {
   const int64_t rows = h.rows(), dv = p.hdim_v;
-  std::fill(t.acc, t.acc + rows * dv, 0.f);
-  std::fill(t.running_max, t.running_max + rows, kNegInf);
-  std::fill(t.running_sum, t.running_sum + rows, 0.f);
+  t.start_state(rows, dv);
   const ScoreTransform transform = score_transform(p.options);
-  const auto run = [&](auto& products) {
+  with_products<FloatDecodeProducts, Bf16DecodeProducts>(t.q_bf16 != nullptr, p, t, h, [&](auto& products) {
     products.load_queries(rows);
     for (int64_t n_block = blocks.begin; n_block < blocks.end; ++n_block) {
       const int64_t key0 = n_block * kBlockN, cols = std::min(kBlockN, h.len_k - key0);
@@ -157,14 +157,7 @@ void decode_key_blocks(const FwdParams& p, const DecodeTiles& t, const Views& h,
       fold_score_rows(t.s, rows, cols, t.running_max, t.running_sum, t.acc, dv);
       products.accumulate_output(rows, cols);
     }
-  };
-  if (t.q_bf16) {
-    Bf16DecodeProducts<Views> products{p, t, h};
-    run(products);
-  } else {
-    FloatDecodeProducts<Views> products{p, t, h};
-    run(products);
-  }
+  });
 }
 
 // The state in the tiles finished: O = acc / ℓ and LSE = m + log ℓ, written once.
@@ -174,8 +167,7 @@ void finish_decode(const DecodeTiles& t, const Views& h, int64_t dv) {
   float lse[kBlockM];
   finish_rows(t.acc, dv, rows, t.running_max, t.running_sum, h.lse.data ? lse : nullptr);
   store_tile(h.out, 0, rows, dv, t.acc, dv);
-  if (h.lse.data == nullptr) return;
-  for (int64_t i = 0; i < rows; ++i) *h.lse.at(i) = lse[i];
+  h.lse.store(0, rows, lse);
 }
 
 // Splitting: about kDecodeTasks tasks in all (many threads' worth; a range's own cost, its query
@@ -251,7 +243,7 @@ void attend_groups(const FwdParams& p, ViewsOf&& views_of) {
   };
   const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), tasks));
   const bool bf16 = bf16_products(p);
-  ThreadScratch scratch(threads, DecodeTiles::floats(p.hdim_qk, dv, bf16));
+  ThreadScratch scratch(threads, ThreadScratch::floats_of<DecodeTiles>(p.hdim_qk, dv, bf16));
 
 #pragma omp parallel num_threads(threads)
   {
@@ -275,9 +267,7 @@ void attend_groups(const FwdParams& p, ViewsOf&& views_of) {
     if (ranges > 1) {
 #pragma omp for schedule(static)
       for (int64_t pair = 0; pair < pairs; ++pair) {
-        std::fill(tiles.acc, tiles.acc + rows * dv, 0.f);
-        std::fill(tiles.running_max, tiles.running_max + rows, kNegInf);
-        std::fill(tiles.running_sum, tiles.running_sum + rows, 0.f);
+        tiles.start_state(rows, dv);
         for (int64_t s = 0; s < ranges; ++s) state_of(pair * ranges + s).merge_into(tiles);
         finish_decode(tiles, views_of(pair / p.heads_kv, pair % p.heads_kv), dv);
       }

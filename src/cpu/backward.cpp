@@ -123,11 +123,6 @@ struct BackwardScratch {
     t.v = c.take(wv * dv);
     return t;
   }
-  static int64_t floats(const BwdParams& p, bool bf16) {
-    ThreadScratch::Carver counter(nullptr);
-    carve(counter, p, bf16);
-    return counter.used();
-  }
 };
 
 // The fp32 dQ accumulators: per split, (batch, query head) and query block, a transposed tile
@@ -315,7 +310,7 @@ Status backward(const BwdParams& p) {
   const int64_t tasks = kv_heads * splits, dq_tasks = p.batch * p.heads_q * m_blocks;
   const int threads = static_cast<int>(std::min(max_threads, std::max(tasks, dq_tasks)));
   const bool bf16 = bf16_products(p);
-  ThreadScratch scratch(threads, BackwardScratch::floats(p, bf16));
+  ThreadScratch scratch(threads, ThreadScratch::floats_of<BackwardScratch>(p, bf16));
   DqAccumulators dq(p, splits);
 
 #pragma omp parallel num_threads(threads)

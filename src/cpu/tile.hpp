@@ -52,6 +52,14 @@ class ThreadScratch {
 
   static int64_t round_up(int64_t floats) { return (floats + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
 
+  // The floats a thread's tile set takes: Tiles::carve(carver, args...) over a counting Carver.
+  template <class Tiles, class... Args>
+  static int64_t floats_of(const Args&... args) {
+    Carver counter(nullptr);
+    Tiles::carve(counter, args...);
+    return counter.used();
+  }
+
  private:
   int64_t per_thread_;
   std::vector<float> storage_;
@@ -121,6 +129,11 @@ struct LseRows {
   int64_t head_stride = 0, group = 1;
 
   float* at(int64_t r) const { return data + r / group + r % group * head_stride; }
+  // values[i] as rows row0 + i's, i < n (nothing when not written).
+  void store(int64_t row0, int64_t n, const float* values) const {
+    if (data == nullptr) return;
+    for (int64_t i = 0; i < n; ++i) *at(row0 + i) = values[i];
+  }
 };
 
 // The keys (or values) of one (sequence, kv head) of a paged KV cache: key t is row t % page_size

@@ -97,14 +97,7 @@ std::string to_json(const DecodeReport& r) {
       .field("seed", static_cast<int64_t>(c.seed))
       .field("threads", c.threads)
       .end_object();
-  j.begin_object("timing")
-      .field("warmup", c.warmup)
-      .field("repeats", static_cast<int64_t>(r.timings.ms.size()))
-      .field("median_ms", r.timings.median_ms())
-      .field("min_ms", r.timings.min_ms());
-  j.begin_array("times_ms");
-  for (double ms : r.timings.ms) j.value(ms);
-  j.end_array().end_object();
+  timing_json(c.warmup, r.timings, &j);
   j.field("keys_read", r.keys_read).field("kv_bytes", r.kv_bytes);
   j.field("tbps", r.tbps(r.timings.median_ms())).field("tbps_best", r.tbps(r.timings.min_ms()));
   if (r.copy.error.empty()) {

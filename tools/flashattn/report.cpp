@@ -72,6 +72,17 @@ void print_tensor_checks(const std::vector<TensorCheck>& tensors, std::FILE* out
   }
 }
 
+void timing_json(int64_t warmup, const Timings& timings, Json* json) {
+  json->begin_object("timing")
+      .field("warmup", warmup)
+      .field("repeats", static_cast<int64_t>(timings.ms.size()))
+      .field("median_ms", timings.median_ms())
+      .field("min_ms", timings.min_ms());
+  json->begin_array("times_ms");
+  for (double ms : timings.ms) json->value(ms);
+  json->end_array().end_object();
+}
+
 void tensor_checks_json(const std::vector<TensorCheck>& tensors, Json* json) {
   for (const TensorCheck& t : tensors) error_json(*json, t);
 }
@@ -162,14 +173,7 @@ std::string to_json(const RunReport& r) {
       .field("seed", static_cast<int64_t>(c.seed))
       .field("threads", c.threads)
       .end_object();
-  j.begin_object("timing")
-      .field("warmup", c.warmup)
-      .field("repeats", static_cast<int64_t>(r.timings.ms.size()))
-      .field("median_ms", r.timings.median_ms())
-      .field("min_ms", r.timings.min_ms());
-  j.begin_array("times_ms");
-  for (double ms : r.timings.ms) j.value(ms);
-  j.end_array().end_object();
+  timing_json(c.warmup, r.timings, &j);
   const double med_s = r.timings.median_ms() * 1e-3, min_s = r.timings.min_ms() * 1e-3;
   j.begin_object("flops")
       .field("convention", "exact visible pairs: fwd 2*pairs*(d_qk+d_v), bwd 2*pairs*(3*d_qk+2*d_v)")

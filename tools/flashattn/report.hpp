@@ -54,6 +54,8 @@ std::string mask_str(const flashattn::AttentionOptions& options);  // "causal, w
 // One line per checked tensor ("out  max err ... PASS"), and one JSON object per tensor.
 void print_tensor_checks(const std::vector<TensorCheck>& tensors, std::FILE* out);
 void tensor_checks_json(const std::vector<TensorCheck>& tensors, Json* json);
+// {"timing": {"warmup", "repeats", "median_ms", "min_ms", "times_ms": [...]}}
+void timing_json(int64_t warmup, const Timings& timings, Json* json);
 
 // An error before or during the call: "flashattn <command>: <message>" on stderr, and with --json
 // also {"ok": false, "exit_code": N, "error": "..."} on stdout.

@@ -168,17 +168,19 @@ struct CacheMaps {
 // (AttendParams::producer_gathers; family.cu's AttendLoads::gather): lane l copies 16-byte chunk
 // l % kChunks of every kRowStep-th row (from l / kChunks) of each page of the block, K's and V's,
 // into the same swizzled panels the boxes fill, zero-filling columns past the head dim; rows past
-// the sequence are not copied (the attending warps zero V's, as after boxes). Its arrival on the
-// stage's full mbarrier waits for its copies (cp.async.mbarrier.arrive). At pages of 16 a TMA box
-// is 2 KB and a 64-key block 16 of them, one per page, panel and side, and the copy engine's rate per
-// request is the suspect for their 0.89 × the contiguous call (docs/kvcache.md); the gather issues 64
-// copies a lane per block through the load/store units instead, still off the attending warps' path.
+// the sequence are not copied (the attending warps zero V's, as after boxes). Each lane arrives on
+// the stage's full mbarrier once its copies have landed (cp.async.mbarrier.arrive.noinc: the full
+// mbarriers then expect kArrivals). At pages of 16 a TMA box is 2 KB and a 64-key block 16 of them,
+// one per page, panel and side, and the copy engine's rate per request is the suspect for their
+// 0.89 × the contiguous call (docs/kvcache.md); the gather issues 64 copies a lane per block through
+// the load/store units instead, still off the attending warps' path.
 template <class Traits>
 struct PageGather {
   using KVTile = typename Traits::KVTile;
   static constexpr int kChunks = KVTile::kChunksPerRow;
   static constexpr int kRowStep = 32 / kChunks;  // rows one pass of the warp covers
   static_assert(32 % kChunks == 0, "a warp covers whole rows");
+  static constexpr int kArrivals = 32;  // on a stage's full mbarrier per block: one per lane
   PagedRows v_rows;  // V's strides (kv head h_kv); K's rows are TmaBlocks::pages (the same table row)
   const char* k_data;
   const char* v_data;
@@ -186,7 +188,7 @@ struct PageGather {
 
   // Rows [0, valid) of the block into k_dst / v_dst: pages of `page_rows` keys, `pages` of them per
   // block, page j's table entry at lane first_lane + j of `window`; k_rows: the sequence's K rows.
-  // Every lane calls.
+  // Every lane calls, and arrives on full_bar when its copies have landed.
   __device__ __forceinline__ void copy_block(const PagedRows& k_rows, int valid, uint32_t k_dst, uint32_t v_dst,
                                              uint32_t full_bar, int window, int first_lane, int pages, int page_rows,
                                              int lane) const {
@@ -208,7 +210,7 @@ struct PageGather {
         ptx::cp_async_16(v_dst + at, v_src + int64_t{r} * v_rows.row_stride * kElemBytes, v_bytes);
       }
     }
-    ptx::cp_async_mbarrier_arrive(full_bar);
+    ptx::cp_async_mbarrier_arrive_noinc(full_bar);
   }
 };
 
@@ -226,6 +228,12 @@ struct TmaBlocks {
   bool gathers;             // paged: the boxes' rows copied by PageGather instead (pages < kBlockN)
   PageGather<Traits> gather;
 
+  // Arrivals a stage's full mbarrier expects per block: the producer's lane 0 (boxes), or every lane
+  // once its gathered copies have landed.
+  __device__ __forceinline__ int full_arrivals() const {
+    if constexpr (Traits::kPaged) return gathers ? PageGather<Traits>::kArrivals : 1;
+    return 1;
+  }
   // Paged: lane l's entry of a window of 32 boxes, box l counted from block `block0`'s first (lane l
   // covers box l % boxes of block block0 + l / boxes); 0 for keys past the capacity (the table row's
   // end). Independent of the sequence's length, so it may be read before the length is known.
@@ -251,8 +259,6 @@ struct TmaBlocks {
     } else if (gathers) {
       gather.copy_block(pages, imin(Traits::kBlockN, w.mask.seqlen_k - key0), k_dst, v_dst, bar, window,
                         slot * boxes, boxes, box_rows, lane);
-      __syncwarp();
-      if (lane == 0) ptx::mbarrier_arrive(bar);  // after every lane's copies are counted
     } else {
       // The lanes holding block n's entries (window lanes slot·boxes + j) issue its boxes themselves,
       // each expecting its own bytes: no shuffle, no division on the way to the copies.
@@ -638,7 +644,7 @@ __device__ __forceinline__ bool attend_keys_tma(const AttendParams& p, const Att
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(full + 8 * s, 1);
+      ptx::mbarrier_init(full + 8 * s, blocks.full_arrivals());
       ptx::mbarrier_init(empty + 8 * s, Traits::kThreads);
     }
     ptx::fence_mbarrier_init();

@@ -1,14 +1,12 @@
 """The decode kernel's ways of loading K/V side by side on the GPU: BENCHMARK.md's decode rows (bf16,
 GQA 32/8, hdim 128; contiguous and paged at 16/64/256) through flash_attn_with_kvcache(path="decode"),
 once with each (flashattn._C.set_decode_loads: "cp_async", 16-byte chunks by every thread; "tma", TMA
-boxes of the caches' tensor maps, sm_90; "gather", pages under a key block copied by the TMA kernel's
-producer warp with cp.async, sm_90: only the paged columns under 64 keys, "vs contiguous" then against
-the first listed load's contiguous call, NaN if none), with cuDNN (PyTorch SDPA) in the same process. Timed as bench_gpu.py's
+boxes of the caches' tensor maps, sm_90), with cuDNN (PyTorch SDPA) in the same process. Timed as bench_gpu.py's
 decode part: a CUDA graph of 20 calls per implementation (the loads are fixed when the graph is
 captured), replays interleaved in balanced orders, median. A tool for choosing between them, not a
 record.
 
-    python3 bench/decode_loads.py [--loads cp_async,tma,gather] [--shapes 1:8192:1,128:2048:1] [--json OUT]
+    python3 bench/decode_loads.py [--loads cp_async,tma] [--shapes 1:8192:1,128:2048:1] [--json OUT]
 """
 import argparse
 import json
@@ -46,7 +44,7 @@ def main():
         x = DecodeInputs(cell, "cuda")
         names, timers, outs = [], [], []
         for kernel in loads:
-            for page in [p for p in DECODE_PAGE_SIZES if kernel != "gather" or 0 < p < 64]:
+            for page in DECODE_PAGE_SIZES:
                 table, kc, vc = (None, x.k, x.v) if page == 0 else x.paged[page]
 
                 def fn(kc=kc, vc=vc, table=table):
@@ -69,8 +67,7 @@ def main():
             diff = ((out.float() - ref).abs().max() / ref.abs().max()).item()
             row = dict(batch=batch, seqlen_k=seqlen_k, seqlen_q=seqlen_q, loads=kernel, page_size=page,
                        tbps=tbps[(kernel, page)], vs_cudnn=tbps[(kernel, page)] / tbps.get(("cudnn", 0), float("nan")),
-                       vs_contiguous=tbps[(kernel, page)] / (tbps.get((kernel, 0)) or next(
-                           (tbps[(l, 0)] for l in loads if (l, 0) in tbps), float("nan"))),
+                       vs_contiguous=tbps[(kernel, page)] / tbps[(kernel, 0)],
                        vs_cp_async=tbps[(kernel, page)] / tbps.get(("cp_async", page), float("nan")), max_rel_diff=diff)
             rows.append(row)
             print(f"{batch:4d} x {seqlen_k:6d} q {seqlen_q}  {kernel:8s} page {page:3d}  {row['tbps']:.3f} TB/s  "

@@ -4,8 +4,8 @@
 # sm80 beside), compute-sanitizer (memcheck, racecheck, synccheck) on a subset, its benchmark (grid,
 # GQA, varlen; the C API and flashattn-py beside cuDNN and FlashAttention-2 in one process), and ncu
 # on one cell per head dim. Every command runs under a timeout, so a hang costs minutes, not the call.
-# "decode": the decode family's sm_90 loads the same way (kvcache_test on TMA and on the producer's
-# gather, the sanitizers on gathered pages, bench/decode_loads.py: cp.async, TMA, gather beside cuDNN).
+# "decode": the decode family's sm_90 loads the same way (kvcache_test on its own loads and forced to
+# TMA, the sanitizers on paged TMA loads, bench/decode_loads.py: cp.async and TMA beside cuDNN).
 #
 #   scripts/sm90_check.sh forward|backward|decode OUT_DIR
 #   STEPS=build,test,sanitize,python,bench,ncu  BUILD_DIR=build-sm90  BENCH_ARGS="--parts grid --modes bwd"
@@ -73,9 +73,10 @@ case "$DIRECTION" in
     ;;
   decode)
     CUDA_FILTER='CudaDecode*:CudaPtxSm90*'
-    SMOKE='All/KVCacheGatheredLoads.MatchesReference/len300_77_0_513_cap520_q1_h4x2_d64_f16_page16'
+    SMOKE='All/KVCacheTmaLoads.MatchesReference/len300_77_0_513_cap520_q1_h4x2_d64_f16_page16'
     SMOKE_TEST=kvcache_test
-    SANITIZE_DECODE='All/KVCacheGatheredLoads.*page16*:All/KVCacheGatheredLoads.*page8*:All/PagedEqualsContiguous.BitwiseWithGatheredPages/decode_page32'
+    SANITIZE_DECODE='All/KVCacheTmaLoads.*page16*:All/KVCacheTmaLoads.*page8*:All/PagedEqualsContiguous.BitwiseWithTmaLoads/decode_page32'
+    MODES=decode
     NCU_DEFAULT=""
     ;;
   *) echo "sm90_check.sh: direction '$DIRECTION' is not forward, backward or decode"; exit 2 ;;
@@ -124,9 +125,8 @@ if has test; then
       grep -m 20 "mbarrier wait hung" "$OUT/smoke_watchdog.log" | tee -a "$OUT/check.log"
   fi
   if [ "$hung" = 0 ] && [ "$DIRECTION" = decode ]; then
-    run kvcache 300 "$B/tests/kvcache_test"  # every case on the family's own loads, TMA and gather suites included
-    run kvcache_gather 300 "$B/tests/kvcache_test" --decode-loads=gather --gtest_filter='*page8*:*page16*:*page32*'
-    run kvcache_sms1 300 "$B/tests/kvcache_test" --sms=1 --gtest_filter='*Gathered*:*TmaLoads*'
+    run kvcache 300 "$B/tests/kvcache_test"  # every case on the family's own loads, the TMA suites included
+    run kvcache_sms1 300 "$B/tests/kvcache_test" --sms=1 --gtest_filter='*TmaLoads*'
   elif [ "$hung" = 0 ]; then
     run diff_sm90 300 "$B/tests/diff_test" --gtest_filter="$DIFF_FILTER"
     for sms in $SMS_RUNS; do
@@ -175,7 +175,7 @@ elif has bench; then
   wait_for_package
   log "bench (pip rc $(cat "$OUT/pip.rc" 2>/dev/null))"
   if [ "$DIRECTION" = decode ]; then
-    run bench 900 python3 bench/decode_loads.py --loads cp_async,tma,gather --json "$OUT/bench.json"
+    run bench 900 python3 bench/decode_loads.py --loads cp_async,tma --json "$OUT/bench.json"
   else
     # shellcheck disable=SC2086
     run bench 900 python3 bench/bench_gpu.py --lib "$B/libflashattn_c.so" $BENCH_ARGS --out "$OUT/bench.json"

@@ -221,16 +221,6 @@ TEST_P(KVCacheTmaLoads, MatchesReference) { expect_matches_with(knobs::DecodeLoa
 INSTANTIATE_TEST_SUITE_P(All, KVCacheTmaLoads, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<KVCase>& info) { return info.param.name(); });
 
-// Every paged case whose pages are smaller than a key block (8, 16, 32 keys) again with the TMA
-// kernel's producer warp gathering the pages with cp.async (sm_90); the others are skipped (the
-// gather takes no other layout).
-class KVCacheGatheredLoads : public KVCacheForcedLoads {};
-
-TEST_P(KVCacheGatheredLoads, MatchesReference) { expect_matches_with(knobs::DecodeLoads::gather); }
-
-INSTANTIATE_TEST_SUITE_P(All, KVCacheGatheredLoads, ::testing::ValuesIn(all_cases()),
-                         [](const ::testing::TestParamInfo<KVCase>& info) { return info.param.name(); });
-
 // A paged cache holding bitwise the same keys and values as a contiguous one gives bitwise the
 // same out and lse on the same backend, at every page size (and appends the same rows).
 class PagedEqualsContiguous : public ::testing::TestWithParam<std::tuple<Backend, int64_t>> {
@@ -244,12 +234,6 @@ TEST_P(PagedEqualsContiguous, Bitwise) { expect_bitwise(knobs::DecodeLoads::auto
 // The same with the decode kernel's TMA loads (skipped where the GPU has none).
 TEST_P(PagedEqualsContiguous, BitwiseWithTmaLoads) {
   expect_bitwise(knobs::DecodeLoads::tma, knobs::DecodeLoads::tma);
-}
-
-// The paged call with its pages gathered by the producer warp (pages under a key block, sm_90; the
-// other page sizes are skipped), the contiguous one as the family chooses.
-TEST_P(PagedEqualsContiguous, BitwiseWithGatheredPages) {
-  expect_bitwise(knobs::DecodeLoads::automatic, knobs::DecodeLoads::gather);
 }
 
 void PagedEqualsContiguous::expect_bitwise(knobs::DecodeLoads contiguous_loads, knobs::DecodeLoads paged_loads) {

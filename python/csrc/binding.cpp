@@ -51,8 +51,7 @@ NB_MODULE(_C, m) {
         "\"forward\" (wherever it can), \"decode\" (always the decode kernel).");
   m.def("set_decode_loads", &set_decode_loads, "loads"_a,
         "Testing aid: how the GPU decode kernel loads K/V: \"auto\" (its own choice), \"cp_async\" (16-byte "
-        "chunks), \"tma\" (TMA boxes; sm_90), \"gather\" (pages under a key block copied by the TMA kernel's "
-        "producer warp with cp.async; sm_90).");
+        "chunks), \"tma\" (TMA boxes; sm_90).");
   m.def("last_error_code", &torch_ops::last_error_code,
         "The StatusCode of the last error a flashattn operator raised on this thread.");
 

@@ -29,9 +29,8 @@ enum class CpuProducts { automatic = 0, f32 = 1, bf16 = 2 };
 enum class KVCacheRoute { automatic = 0, forward = 1, decode = 2 };
 
 // How the decode family's attention kernel loads K/V (decode/launch.hpp's AttendLoads): its own
-// choice, cp.async chunks, TMA boxes (sm_90), or pages smaller than a key block gathered by the TMA
-// kernel's producer warp with cp.async (sm_90).
-enum class DecodeLoads { automatic = 0, cp_async = 1, tma = 2, gather = 3 };
+// choice, cp.async chunks, or TMA boxes (sm_90).
+enum class DecodeLoads { automatic = 0, cp_async = 1, tma = 2 };
 
 // Each knob's values by name, one table for the test binaries' flags (tests/support/main.cpp) and
 // Python's setters (python/csrc/binding.cpp).
@@ -44,10 +43,8 @@ inline constexpr Named<CpuProducts> kCpuProductsNames[] = {
     {"auto", CpuProducts::automatic}, {"f32", CpuProducts::f32}, {"bf16", CpuProducts::bf16}};
 inline constexpr Named<KVCacheRoute> kKVCacheRouteNames[] = {
     {"auto", KVCacheRoute::automatic}, {"forward", KVCacheRoute::forward}, {"decode", KVCacheRoute::decode}};
-inline constexpr Named<DecodeLoads> kDecodeLoadsNames[] = {{"auto", DecodeLoads::automatic},
-                                                           {"cp_async", DecodeLoads::cp_async},
-                                                           {"tma", DecodeLoads::tma},
-                                                           {"gather", DecodeLoads::gather}};
+inline constexpr Named<DecodeLoads> kDecodeLoadsNames[] = {
+    {"auto", DecodeLoads::automatic}, {"cp_async", DecodeLoads::cp_async}, {"tma", DecodeLoads::tma}};
 
 // The value called `name` in `table`, or nullptr.
 template <class Value, std::size_t N>

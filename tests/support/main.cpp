@@ -47,7 +47,7 @@ bool take_named_knob(const char* argv_i, const char* flag, const flashattn::test
 // backward's split tail on small problems); --smem-optin=BYTES plans tiles for that much shared
 // memory per block (163 KB: the A100's tiles on a Hopper GPU); --cpu-products=auto|f32|bf16 forces the
 // CPU backend's products for bf16 inputs, --kvcache-route=auto|forward|decode the decode family's
-// route for a KV-cache call, --decode-loads=auto|cp_async|tma|gather how the GPU decode kernel loads
+// route for a KV-cache call, --decode-loads=auto|cp_async|tma how the GPU decode kernel loads
 // K/V ("auto": the library's own choice, the default).
 bool take_test_flag(const char* argv_i, flashattn::testing::DeviceOverrides* o) {
   namespace t = flashattn::testing;

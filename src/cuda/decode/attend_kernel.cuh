@@ -11,8 +11,7 @@
 //     sequence and columns past the head dim zero-filled, never read, each row found through the
 //     cache's row addressing (contiguous or block-table pages, clamped: params.cuh);
 //   TMA (attend_keys_tma, sm_90): boxes of the caches' tensor maps issued by a producer warp beside
-//     the four, handed over through full/empty mbarriers (TmaBlocks); or, for pages smaller than a
-//     key block, the same producer warp gathering the pages' rows with cp.async (PageGather).
+//     the four, handed over through full/empty mbarriers (TmaBlocks).
 // family.cu chooses (TMA for pages of whole key blocks on sm_90).
 // At the end the warps merge their (max, sum, output) per row through shared memory, exactly as the
 // combine kernel merges splits; the block writes the final O and LSE when there is one split, else
@@ -164,56 +163,6 @@ struct CacheMaps {
   const CUtensorMap* v;
 };
 
-// Pages smaller than a key block gathered by the producer warp with cp.async instead of TMA boxes
-// (AttendParams::producer_gathers; family.cu's AttendLoads::gather): lane l copies 16-byte chunk
-// l % kChunks of every kRowStep-th row (from l / kChunks) of each page of the block, K's and V's,
-// into the same swizzled panels the boxes fill, zero-filling columns past the head dim; rows past
-// the sequence are not copied (the attending warps zero V's, as after boxes). Each lane arrives on
-// the stage's full mbarrier once its copies have landed (cp.async.mbarrier.arrive.noinc: the full
-// mbarriers then expect kArrivals). At pages of 16 a TMA box is 2 KB and a 64-key block 16 of them,
-// one per page, panel and side, and the copy engine's rate per request is the suspect for their
-// 0.89 × the contiguous call (docs/kvcache.md); the gather issues 64 copies a lane per block through
-// the load/store units instead, still off the attending warps' path.
-template <class Traits>
-struct PageGather {
-  using KVTile = typename Traits::KVTile;
-  static constexpr int kChunks = KVTile::kChunksPerRow;
-  static constexpr int kRowStep = 32 / kChunks;  // rows one pass of the warp covers
-  static_assert(32 % kChunks == 0, "a warp covers whole rows");
-  static constexpr int kArrivals = 32;  // on a stage's full mbarrier per block: one per lane
-  PagedRows v_rows;  // V's strides (kv head h_kv); K's rows are TmaBlocks::pages (the same table row)
-  const char* k_data;
-  const char* v_data;
-  int hdim_qk, hdim_v;
-
-  // Rows [0, valid) of the block into k_dst / v_dst: pages of `page_rows` keys, `pages` of them per
-  // block, page j's table entry at lane first_lane + j of `window`; k_rows: the sequence's K rows.
-  // Every lane calls, and arrives on full_bar when its copies have landed.
-  __device__ __forceinline__ void copy_block(const PagedRows& k_rows, int valid, uint32_t k_dst, uint32_t v_dst,
-                                             uint32_t full_bar, int window, int first_lane, int pages, int page_rows,
-                                             int lane) const {
-    const int chunk = lane % kChunks, first_row = lane / kChunks;
-    // A column past the head dim reads nothing (source size 0) from its row's first column.
-    const int k_col = chunk * kChunkElems < hdim_qk ? chunk * kChunkElems : 0;
-    const int v_col = chunk * kChunkElems < hdim_v ? chunk * kChunkElems : 0;
-    const uint32_t k_bytes = chunk * kChunkElems < hdim_qk ? 16 : 0, v_bytes = chunk * kChunkElems < hdim_v ? 16 : 0;
-    for (int j = 0; j < pages; ++j) {
-      const int entry = __shfl_sync(0xffffffffu, window, first_lane + j);
-      const int row0 = j * page_rows;
-      if (row0 >= valid) break;  // uniform: the rest of the block is past the sequence
-      const int page = k_rows.clamp_page(entry), rows = imin(page_rows, valid - row0);
-      const char* k_src = k_data + (k_rows.base + int64_t{page} * k_rows.page_stride + k_col) * kElemBytes;
-      const char* v_src = v_data + (v_rows.base + int64_t{page} * v_rows.page_stride + v_col) * kElemBytes;
-      for (int r = first_row; r < rows; r += kRowStep) {
-        const uint32_t at = KVTile::chunk_offset(row0 + r, chunk);
-        ptx::cp_async_16(k_dst + at, k_src + int64_t{r} * k_rows.row_stride * kElemBytes, k_bytes);
-        ptx::cp_async_16(v_dst + at, v_src + int64_t{r} * v_rows.row_stride * kElemBytes, v_bytes);
-      }
-    }
-    ptx::cp_async_mbarrier_arrive_noinc(full_bar);
-  }
-};
-
 template <class Traits>
 struct TmaBlocks {
   using KVTile = typename Traits::KVTile;
@@ -223,17 +172,9 @@ struct TmaBlocks {
   uint32_t bars;            // stage 0's full mbarrier (stage s: + 8·s; the kStages empty ones follow)
   int h_kv;
   int row0, cache_row;      // contiguous: the sequence's first key's row and its cache row
-  PagedRows pages;          // paged: the sequence's table row, K's rows (addressing used only by PageGather)
+  PagedRows pages;          // paged: the sequence's table row (its addressing fields unused)
   int box_rows, boxes;      // paged: rows per box (min(page size, kBlockN)) and boxes per block and side
-  bool gathers;             // paged: the boxes' rows copied by PageGather instead (pages < kBlockN)
-  PageGather<Traits> gather;
 
-  // Arrivals a stage's full mbarrier expects per block: the producer's lane 0 (boxes), or every lane
-  // once its gathered copies have landed.
-  __device__ __forceinline__ int full_arrivals() const {
-    if constexpr (Traits::kPaged) return gathers ? PageGather<Traits>::kArrivals : 1;
-    return 1;
-  }
   // Paged: lane l's entry of a window of 32 boxes, box l counted from block `block0`'s first (lane l
   // covers box l % boxes of block block0 + l / boxes); 0 for keys past the capacity (the table row's
   // end). Independent of the sequence's length, so it may be read before the length is known.
@@ -256,9 +197,6 @@ struct TmaBlocks {
           ptx::tma_load(v_dst + c * KVTile::kPanelBytes, maps.v, bar, 64 * c, h_kv, row0 + key0, cache_row);
         }
       }
-    } else if (gathers) {
-      gather.copy_block(pages, imin(Traits::kBlockN, w.mask.seqlen_k - key0), k_dst, v_dst, bar, window,
-                        slot * boxes, boxes, box_rows, lane);
     } else {
       // The lanes holding block n's entries (window lanes slot·boxes + j) issue its boxes themselves,
       // each expecting its own bytes: no shuffle, no division on the way to the copies.
@@ -618,12 +556,6 @@ __device__ __forceinline__ TmaBlocks<Traits> tma_blocks(const AttendParams& p, u
     blocks.pages = p.index.template rows<true>(p.k, static_cast<int>(blockIdx.z), blocks.h_kv);
     blocks.box_rows = imin(p.index.page_size.divisor, Traits::kBlockN);
     blocks.boxes = Traits::kBlockN / blocks.box_rows;
-    blocks.gathers = p.producer_gathers;
-    if (blocks.gathers) {
-      const int b = static_cast<int>(blockIdx.z);
-      blocks.gather = {p.index.template rows<true>(p.v, b, blocks.h_kv), static_cast<const char*>(p.k.data),
-                       static_cast<const char*>(p.v.data), p.hdim_qk, p.hdim_v};
-    }
   }
   return blocks;
 }
@@ -644,7 +576,7 @@ __device__ __forceinline__ bool attend_keys_tma(const AttendParams& p, const Att
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(full + 8 * s, blocks.full_arrivals());
+      ptx::mbarrier_init(full + 8 * s, 1);
       ptx::mbarrier_init(empty + 8 * s, Traits::kThreads);
     }
     ptx::fence_mbarrier_init();
@@ -677,12 +609,6 @@ __device__ __forceinline__ bool attend_keys_tma(const AttendParams& p, const Att
       blocks.load(w, n, stage, windows.cur, slot, lane);
       ++slot;
       if (++stage == kStages) stage = 0, phase ^= 1;
-    }
-    if constexpr (Traits::kPaged) {
-      if (blocks.gathers) {  // the lane stays until its copies have landed
-        ptx::cp_async_commit();
-        ptx::cp_async_wait<0>();
-      }
     }
     return false;
   }

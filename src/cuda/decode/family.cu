@@ -191,29 +191,17 @@ Status tma_fits(const KVCacheParams& p, const DeviceInfo& dev) {
   return sm90::check_tile_map(p.dtype, cache_map_spec(p, true), kWho);
 }
 
-// Whether the producer warp can gather this call's pages with cp.async (PageGather): what TMA's
-// boxes of a page take (tma_fits: an sm_90 GPU, pages of 8, 16 or 32 keys here), the pages smaller
-// than a key block.
-Status gather_fits(const KVCacheParams& p, const DeviceInfo& dev) {
-  if (!p.is_paged() || p.page_size >= kBlockN) {
-    return Status::unsupported(std::string(kWho) + ": the gathered loads take paged caches of pages under " +
-                               std::to_string(kBlockN) + " keys");
-  }
-  return tma_fits(p, dev);
-}
-
 // How the attention kernel loads K/V. TMA with a producer warp for paged caches whose pages hold
 // whole key blocks (64, 256, ...) on an sm_90 GPU with an sm_90 image; cp.async otherwise. Measured on
 // the H200 (docs/kvcache.md, "TMA loads"): at batch 1 × 8k (an L2-resident call, one thread block per
 // SM) pages of 64 and 256 went from 0.86 to 1.05 × the contiguous call; at the other rows TMA and
 // cp.async are within 1.5 %; contiguous caches and pages of 16 read 1–3 % slower on TMA at some rows,
-// so they keep cp.async. The producer's cp.async gather of small pages (AttendLoads::gather) is not
-// yet measured, so it runs only when asked. A test or a benchmark may force any (testing::DecodeLoads).
+// so they keep cp.async. A test or a benchmark may force either (testing::DecodeLoads).
 Status choose_loads(const KVCacheParams& p, const DeviceInfo& dev, const Instance& inst, int dtype, AttendLoads* loads) {
   const testing::DecodeLoads asked = testing::decode_loads();
-  if (asked == testing::DecodeLoads::tma || asked == testing::DecodeLoads::gather) {
-    *loads = asked == testing::DecodeLoads::tma ? AttendLoads::tma : AttendLoads::gather;
-    FLASHATTN_TRY(*loads == AttendLoads::tma ? tma_fits(p, dev) : gather_fits(p, dev));
+  if (asked == testing::DecodeLoads::tma) {
+    *loads = AttendLoads::tma;
+    FLASHATTN_TRY(tma_fits(p, dev));
     return inst.check[dtype](p.is_paged(), *loads);
   }
   *loads = AttendLoads::cp_async;
@@ -395,7 +383,6 @@ AttendParams attend_params(const KVCacheParams& p, const PlanDetail& d, const Qu
   a.window_left = clamp_window(p.options.window_left);
   a.window_right = clamp_window(p.options.window_right);
   a.scores = make_score_transform(p.options);
-  a.producer_gathers = d.loads == AttendLoads::gather;
   return a;
 }
 

@@ -84,10 +84,9 @@ Status launch_combine(const CombineParams& p, DType dtype, cudaStream_t stream);
 Status launch_sequence_index(const SequenceIndexParams& p, cudaStream_t stream);
 
 // How the attention kernel moves K/V into shared memory (attend_kernel.cuh): cp.async chunks by every
-// thread (every arch); TMA boxes of the caches' tensor maps issued by a producer warp (sm_90 images
-// only; DecodeTraits::kTma); or, paged caches of pages smaller than a key block, the same kernel's
-// producer warp gathering the pages' rows with cp.async (PageGather; AttendParams::producer_gathers).
-enum class AttendLoads { cp_async = 0, tma = 1, gather = 2 };
+// thread (every arch), or TMA boxes of the caches' tensor maps issued by a producer warp (sm_90 images
+// only; DecodeTraits::kTma).
+enum class AttendLoads { cp_async = 0, tma = 1 };
 // Whether the loads run on the kernel with a producer warp (DecodeTraits::kTma).
 constexpr bool has_producer(AttendLoads loads) { return loads != AttendLoads::cp_async; }
 

@@ -115,7 +115,6 @@ struct AttendParams {
   int hdim_qk, hdim_v;
   int window_left, window_right;  // clamped (mask.cuh); < 0 unbounded
   ScoreTransform scores;
-  bool producer_gathers;  // the TMA kernel's producer copies pages with cp.async (attend_kernel.cuh's PageGather)
 };
 
 // Packed row r of kv head h_kv: query i = r / group_size of query head h_kv·group_size + r % group_size.

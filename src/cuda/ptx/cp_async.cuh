@@ -37,20 +37,6 @@ __device__ __forceinline__ void cp_async_commit() {
 #endif
 }
 
-// cp.async.mbarrier.arrive.noinc.shared.b64 (sm_80+): one arrival on the mbarrier at `smem_bar`,
-// made when every cp.async this thread issued before it has landed (its bytes then visible to the
-// threads that wait on the barrier's phase). .noinc: the arrival counts toward the phase's expected
-// count, so the barrier is initialized with one arrival per thread that calls this per phase (the
-// decode producer's gather: 32, its lanes). Without .noinc the instruction raises the pending count
-// first, which compute-sanitizer's synccheck reports as a barrier overflow.
-__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint32_t smem_bar) {
-#if FLASHATTN_PTX_SM80
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_bar) : "memory");
-#else
-  FLASHATTN_PTX_UNSUPPORTED("cp.async needs sm_80");
-#endif
-}
-
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
 #if FLASHATTN_PTX_SM80

@@ -519,21 +519,40 @@ TEST(CudaSm90BackwardPlan, StepShapes) {
 }
 
 // "auto" takes the sm90 backward where it was measured faster than sm80's (bwd_launch.hpp's
-// kBackwardAuto): D = 128 and 256, under a mask only from 2k and 4k keys, never deterministic, never D = 64.
+// kBackwardAuto): without a mask D = 128 and 256 always, D = 64 from 2k keys; with one, on the H200's
+// memory D = 64, 128, 256 from 8k, 2k, 4k keys, on the H100's (or unknown) from 8k and groups up to 8;
+// never deterministic.
 TEST(CudaSm90BackwardPlan, AutoWhereMeasuredFaster) {
   using flashattn::cuda::sm90::backward_in_auto;
-  for (int64_t s : {512, 16384}) {
-    EXPECT_TRUE(backward_in_auto(128, s, false, false)) << s;
-    EXPECT_TRUE(backward_in_auto(256, s, false, false)) << s;
-    EXPECT_FALSE(backward_in_auto(64, s, false, false)) << s;
-    EXPECT_FALSE(backward_in_auto(128, s, false, true)) << s;
+  using flashattn::cuda::sm90::BackwardCall;
+  constexpr double kH200 = 4.8e12, kH100 = 3.35e12;
+  const auto call = [](int d, int64_t s, int64_t group, bool masked, double bandwidth, bool det = false) {
+    return BackwardCall{d, s, group, masked, det, bandwidth};
+  };
+  for (double bw : {kH200, kH100, 0.0}) {
+    for (int64_t s : {512, 16384}) {
+      EXPECT_TRUE(backward_in_auto(call(128, s, 1, false, bw))) << s;
+      EXPECT_TRUE(backward_in_auto(call(256, s, 32, false, bw))) << s;
+      EXPECT_FALSE(backward_in_auto(call(128, s, 1, false, bw, true))) << s;
+      EXPECT_FALSE(backward_in_auto(call(128, s, 1, true, bw, true))) << s;
+    }
+    EXPECT_FALSE(backward_in_auto(call(64, 1024, 1, false, bw)));
+    EXPECT_TRUE(backward_in_auto(call(64, 2048, 1, false, bw)));
+    EXPECT_FALSE(backward_in_auto(call(64, 4096, 1, true, bw)));
+    EXPECT_TRUE(backward_in_auto(call(64, 8192, 1, true, bw)));
+    EXPECT_FALSE(backward_in_auto(call(192, 16384, 1, false, bw)));  // no sm90 backward instance
   }
-  EXPECT_FALSE(backward_in_auto(128, 1024, true, false));
-  EXPECT_TRUE(backward_in_auto(128, 2048, true, false));
-  EXPECT_FALSE(backward_in_auto(256, 2048, true, false));
-  EXPECT_TRUE(backward_in_auto(256, 4096, true, false));
-  EXPECT_FALSE(backward_in_auto(256, 4096, true, true));
-  EXPECT_FALSE(backward_in_auto(64, 16384, true, false));
+  EXPECT_FALSE(backward_in_auto(call(128, 1024, 1, true, kH200)));
+  EXPECT_TRUE(backward_in_auto(call(128, 2048, 32, true, kH200)));
+  EXPECT_FALSE(backward_in_auto(call(256, 2048, 1, true, kH200)));
+  EXPECT_TRUE(backward_in_auto(call(256, 4096, 1, true, kH200)));
+  for (double bw : {kH100, 0.0}) {
+    EXPECT_FALSE(backward_in_auto(call(128, 4096, 1, true, bw)));
+    EXPECT_TRUE(backward_in_auto(call(128, 8192, 8, true, bw)));
+    EXPECT_FALSE(backward_in_auto(call(128, 16384, 32, true, bw)));  // MQA: 0.84 x sm80's on the H100
+    EXPECT_FALSE(backward_in_auto(call(256, 4096, 1, true, bw)));
+    EXPECT_TRUE(backward_in_auto(call(256, 8192, 1, true, bw)));
+  }
 }
 
 // The maps the sm90 backward encodes: none over an empty tensor (TMA takes no zero-sized dimension

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "backend/status_try.hpp"
 #include "backend/testing.hpp"
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/cuda_backend.hpp"
@@ -25,7 +26,16 @@ Status query(int dev, DeviceInfo* d) {
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&d->num_sms, cudaDevAttrMultiProcessorCount, dev);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&d->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   if (e != cudaSuccess) cudaGetLastError();  // an answer, not an error of the caller's stream
-  return cuda_status("cuda", e, "querying the current device");
+  FLASHATTN_TRY(cuda_status("cuda", e, "querying the current device"));
+  // The memory's peak (a planning hint, not a requirement): left 0 where the device does not say.
+  int clock_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev) == cudaSuccess) {
+    d->memory_bandwidth = 2.0 * clock_khz * 1e3 * bus_bits / 8;  // double data rate
+  } else {
+    cudaGetLastError();
+  }
+  return Status::success();
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // What the CUDA kernel families ask of the current GPU, queried once per device for all of them:
-// compute capability, multiprocessor count, the shared memory a block may opt in to.
+// compute capability, multiprocessor count, the shared memory a block may opt in to, and the peak
+// bandwidth of device memory.
 #pragma once
 
 #include "flashattn/flashattn.hpp"
@@ -11,6 +12,7 @@ struct DeviceInfo {
   int cc_major = 0, cc_minor = 0;
   int num_sms = 0;
   int smem_optin = 0;  // bytes of shared memory one block may opt in to
+  double memory_bandwidth = 0;  // peak bytes/s of device memory: 2 × memory clock × bus width; 0 unknown
 
   int compute_capability() const { return cc_major * 10 + cc_minor; }
 };

@@ -24,20 +24,45 @@ constexpr int bwd_block_n(int head_dim) { return head_dim > 128 ? 64 : 128; }
 constexpr bool has_sm90_bwd(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 // Where "auto" gives the backward to this family (Plan::in_auto; elsewhere sm80's runs unless a call
-// names sm90): the head dims measured faster than sm80's backward in one process, and under a mask
-// (causal, window) only from the key length where they are. H200, 2026-12-05
-// (bench/results/2026-12-05-h200-e2e622e-sm90-bwd.md, C API): D = 128 1.04–1.17 × sm80 (causal
-// 0.93 and 0.97 × at 512 and 1k), D = 256 1.01–1.12 × (causal 0.73–0.77 × at 512–2k), D = 64
-// 0.83–0.88 × everywhere, so not. Deterministic calls stay on sm80's (tested here, not yet timed).
+// names sm90): the head dims measured faster than sm80's backward in one process, each from the key
+// length where it is, with a mask (causal, window) and without. A masked call's grid takes every
+// (kv head, sequence) pair's first key blocks first (bwd_tile.cuh's key_blocks_outer), so the CTAs
+// running at once stream the Q and dO of many pairs: the speed depends on the memory's bandwidth, and
+// the H100 (3.35 TB/s) needs longer keys than the H200 (4.8 TB/s) before this kernel wins there, and
+// loses MQA. Measured (C API, sm90 / sm80): the H200 (bench/results/2026-12-05-h200-e2e622e-sm90-bwd.md)
+// D = 128 1.04–1.17 × (causal 0.93 and 0.97 × at 512 and 1k, GQA and varlen 1.04–1.22 ×), D = 256
+// 1.01–1.12 × (causal 0.73–0.77 × at 512–2k); the H100 (bench/results/2026-12-05-h100-*-sm90-bwd*.md)
+// D = 64 0.96 and 0.98 × at 512 and 1k, 1.00–1.02 × from 2k, causal 0.85–0.91 × up to 4k, 1.01–1.02 ×
+// from 8k; causal D = 128 0.87–0.88 × up to 2k, 1.09–1.16 × from 4k; causal D = 256 0.56–0.73 × up to
+// 4k, 1.07–1.08 × from 8k; GQA at 2k and 4k 0.88–0.98 ×, at 16k 1.17 × (32/8), 1.07 × (32/4), 0.84 ×
+// (32/1); varlen (2.5k) 0.89 ×. D = 64 is not yet measured on the H200 (the H100's thresholds stand).
+// Deterministic calls stay on sm80's (tested here, not yet timed).
 struct BackwardAuto {
   int head_dim;
-  int64_t masked_from_seqlen_k;  // a masked call's (longest) key sequence at least this long
+  int64_t from_seqlen_k;              // unmasked: the call's (longest) key sequence at least this long
+  int64_t masked_from_seqlen_k;       // masked, device memory of kFastMemory bytes/s or more
+  int64_t slow_masked_from_seqlen_k;  // masked, slower (or unknown) memory, groups up to kSlowMaxGroup
 };
-inline constexpr std::array<BackwardAuto, 2> kBackwardAuto = {{{128, 2048}, {256, 4096}}};
-constexpr bool backward_in_auto(int head_dim, int64_t seqlen_k, bool masked, bool deterministic) {
-  if (deterministic) return false;
+inline constexpr double kFastMemory = 4e12;
+inline constexpr int64_t kSlowMaxGroup = 8;
+inline constexpr std::array<BackwardAuto, 3> kBackwardAuto = {
+    {{64, 2048, 8192, 8192}, {128, 0, 2048, 8192}, {256, 0, 4096, 8192}}};
+
+// What the choice reads of a call and the GPU.
+struct BackwardCall {
+  int head_dim;
+  int64_t seqlen_k;        // the longest key sequence
+  int64_t group;           // query heads per kv head
+  bool masked, deterministic;
+  double memory_bandwidth;  // DeviceInfo's, bytes/s (0: unknown)
+};
+constexpr bool backward_in_auto(const BackwardCall& c) {
+  if (c.deterministic) return false;
   for (const BackwardAuto& a : kBackwardAuto) {
-    if (a.head_dim == head_dim) return !masked || seqlen_k >= a.masked_from_seqlen_k;
+    if (a.head_dim != c.head_dim) continue;
+    if (!c.masked) return c.seqlen_k >= a.from_seqlen_k;
+    if (c.memory_bandwidth >= kFastMemory) return c.seqlen_k >= a.masked_from_seqlen_k;
+    return c.group <= kSlowMaxGroup && c.seqlen_k >= a.slow_masked_from_seqlen_k;
   }
   return false;
 }

@@ -252,7 +252,9 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
                                                sm80::BwdSplit::whole(ctas))};
   plan->workspace_bytes = d.workspace.bytes;
   plan->workspace_alignment = 16;  // the pre/postprocess's vector accesses of the fp32 sums
-  plan->in_auto = backward_in_auto(inst->head_dim, p.seqlen_k, mask_of(p.options).has_mask(), p.deterministic);
+  const int64_t group = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 0;  // validated: heads_kv divides heads_q
+  plan->in_auto = backward_in_auto(
+      {inst->head_dim, p.seqlen_k, group, mask_of(p.options).has_mask(), p.deterministic, dev.memory_bandwidth});
   plan->set(d);
   return Status::success();
 }

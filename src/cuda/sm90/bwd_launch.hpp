@@ -29,13 +29,10 @@ constexpr bool has_sm90_bwd(int head_dim) { return head_dim == 64 || head_dim ==
 // (kv head, sequence) pair's first key blocks first (bwd_tile.cuh's key_blocks_outer), so the CTAs
 // running at once stream the Q and dO of many pairs: the speed depends on the memory's bandwidth, and
 // the H100 (3.35 TB/s) needs longer keys than the H200 (4.8 TB/s) before this kernel wins there, and
-// loses MQA. Measured (C API, sm90 / sm80): the H200 (bench/results/2026-12-05-h200-e2e622e-sm90-bwd.md)
-// D = 128 1.04–1.17 × (causal 0.93 and 0.97 × at 512 and 1k, GQA and varlen 1.04–1.22 ×), D = 256
-// 1.01–1.12 × (causal 0.73–0.77 × at 512–2k); the H100 (bench/results/2026-12-05-h100-*-sm90-bwd*.md)
-// D = 64 0.96 and 0.98 × at 512 and 1k, 1.00–1.02 × from 2k, causal 0.85–0.91 × up to 4k, 1.01–1.02 ×
-// from 8k; causal D = 128 0.87–0.88 × up to 2k, 1.09–1.16 × from 4k; causal D = 256 0.56–0.73 × up to
-// 4k, 1.07–1.08 × from 8k; GQA at 2k and 4k 0.88–0.98 ×, at 16k 1.17 × (32/8), 1.07 × (32/4), 0.84 ×
-// (32/1); varlen (2.5k) 0.89 ×. D = 64 is not yet measured on the H200 (the H100's thresholds stand).
+// loses MQA. The thresholds are where each measured faster (C API, sm90 / sm80 in one process; in
+// bench/results: the H200's 2026-12-05-h200-e2e622e-sm90-bwd.md, the H100's
+// 2026-12-05-h100-fe1a48b-sm90-bwd.md and 2026-12-05-h100-*-variant-grouped-order-bwd.md;
+// docs/kernels-sm90-backward.md). D = 64 is not yet measured on the H200 (the H100's thresholds stand).
 // Deterministic calls stay on sm80's (tested here, not yet timed).
 struct BackwardAuto {
   int head_dim;

@@ -199,24 +199,19 @@ TEST_P(KVCacheForwardRoute, DecodeKernelStillTakesLongQueries) {
 
 // Every case again on the decode kernel with TMA K/V loads (sm_90; the route forced off so long
 // queries stay on the kernel). Skipped where the GPU, the build or the cache's layout has none.
-class KVCacheForcedLoads : public ::testing::TestWithParam<KVCase> {
- protected:
-  // The case on the GPU decode kernel (the route forced off) with its K/V loads forced to `loads`.
-  void expect_matches_with(knobs::DecodeLoads loads) {
-    const Backend backend{"decode", flashattn::Device::cuda};
-    FA_REQUIRE_BACKEND(backend);
-    const RouteForced route(knobs::KVCacheRoute::decode);
-    const LoadsForced forced(loads);
-    Rng rng;
-    KVProblem p = make_kv_problem(GetParam(), rng);
-    const KVExpected e = expect_of(p);
-    FA_RUN_OR_SKIP(run_kvcache(backend, p));
-    expect_kvcache_matches(p, e);
-  }
-};
-class KVCacheTmaLoads : public KVCacheForcedLoads {};
+class KVCacheTmaLoads : public ::testing::TestWithParam<KVCase> {};
 
-TEST_P(KVCacheTmaLoads, MatchesReference) { expect_matches_with(knobs::DecodeLoads::tma); }
+TEST_P(KVCacheTmaLoads, MatchesReference) {
+  const Backend backend{"decode", flashattn::Device::cuda};
+  FA_REQUIRE_BACKEND(backend);
+  const RouteForced route(knobs::KVCacheRoute::decode);
+  const LoadsForced forced(knobs::DecodeLoads::tma);
+  Rng rng;
+  KVProblem p = make_kv_problem(GetParam(), rng);
+  const KVExpected e = expect_of(p);
+  FA_RUN_OR_SKIP(run_kvcache(backend, p));
+  expect_kvcache_matches(p, e);
+}
 
 INSTANTIATE_TEST_SUITE_P(All, KVCacheTmaLoads, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<KVCase>& info) { return info.param.name(); });

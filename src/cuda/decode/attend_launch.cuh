@@ -58,7 +58,7 @@ Status attend_check_kernel(Kernel* kernel) {
 
 template <class Tag, int kHeadDim, bool kPaged>
 Status attend_run_layout(const AttendParams& p, AttendLoads loads, const AttendMaps* maps, cudaStream_t stream) {
-  if (has_producer(loads)) return attend_launch_traits<DecodeTraits<Tag, kHeadDim, kPaged, true>>(p, maps, stream);
+  if (loads == AttendLoads::tma) return attend_launch_traits<DecodeTraits<Tag, kHeadDim, kPaged, true>>(p, maps, stream);
   return attend_launch_traits<DecodeTraits<Tag, kHeadDim, kPaged, false>>(p, maps, stream);
 }
 
@@ -66,7 +66,7 @@ template <class Tag, int kHeadDim, bool kPaged>
 Status attend_check_layout(AttendLoads loads) {
   using Tma = DecodeTraits<Tag, kHeadDim, kPaged, true>;
   using CpAsync = DecodeTraits<Tag, kHeadDim, kPaged, false>;
-  if (has_producer(loads)) return attend_check_kernel<Tma>(&attend_tma_kernel<Tma>);
+  if (loads == AttendLoads::tma) return attend_check_kernel<Tma>(&attend_tma_kernel<Tma>);
   return attend_check_kernel<CpAsync>(&attend_kernel<CpAsync>);
 }
 

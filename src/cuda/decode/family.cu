@@ -41,7 +41,7 @@ struct Instance {
   int head_dim;
   AttendRunFn run[2];  // [dtype]: f16, bf16
   AttendCheckFn check[2];
-  std::size_t smem_bytes[2][2];  // [has_producer(loads)][paged]: a thread block's shared memory (f16 = bf16)
+  std::size_t smem_bytes[2][2];  // [AttendLoads][paged]: a thread block's shared memory (f16 = bf16)
 };
 
 #define FLASHATTN_DECODE_REGISTER(D)                                                                      \
@@ -151,7 +151,7 @@ int choose_splits(const KVCacheParams& p, const DeviceInfo& dev, const Instance&
   const int64_t block_n = decode_shape(inst.head_dim).block_n;
   const int64_t key_blocks = (p.seqlen_k + block_n - 1) / block_n;
   const int one_slot = best_splits(blocks, key_blocks, dev.num_sms);
-  const int64_t per_sm = blocks_per_sm(dev, inst.smem_bytes[has_producer(loads)][p.is_paged()]);
+  const int64_t per_sm = blocks_per_sm(dev, inst.smem_bytes[static_cast<int>(loads)][p.is_paged()]);
   if (num_m_blocks(p) == 1 || per_sm == 1) return one_slot;
   const int more_slots = best_splits(blocks, key_blocks, per_sm * dev.num_sms);
   return split_steps(key_blocks, more_slots) >= kMinStepsTwoSlots ? more_slots : one_slot;

@@ -87,8 +87,6 @@ Status launch_sequence_index(const SequenceIndexParams& p, cudaStream_t stream);
 // thread (every arch), or TMA boxes of the caches' tensor maps issued by a producer warp (sm_90 images
 // only; DecodeTraits::kTma).
 enum class AttendLoads { cp_async = 0, tma = 1 };
-// Whether the loads run on the kernel with a producer warp (DecodeTraits::kTma).
-constexpr bool has_producer(AttendLoads loads) { return loads != AttendLoads::cp_async; }
 
 // The caches' tensor maps of a TMA call (family.cu builds them; attend_kernel.cuh's CacheMaps).
 struct AttendMaps {

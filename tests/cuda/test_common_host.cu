@@ -23,6 +23,7 @@
 #include "cuda/sm80/fwd_traits.cuh"
 #include "cuda/sm80/scheduler.cuh"
 #include "cuda/sm80/smem_tile.cuh"
+#include "cuda/sm90/bwd_grid_order.cuh"
 #include "cuda/sm90/bwd_launch.hpp"
 #include "cuda/sm90/bwd_maps.hpp"
 
@@ -553,6 +554,37 @@ TEST(CudaSm90BackwardPlan, AutoWhereMeasuredFaster) {
     EXPECT_FALSE(backward_in_auto(call(256, 4096, 1, true, bw)));
     EXPECT_TRUE(backward_in_auto(call(256, 8192, 1, true, bw)));
   }
+}
+
+// The grid order covers every (key block, pair) once; under a mask the pairs go in groups
+// (bwd_order_pairs: one wave's worth of key blocks) and a group's key blocks come in order.
+TEST(CudaSm90BackwardPlan, GridOrderCoversTheGridOnce) {
+  using flashattn::cuda::sm90::bwd_grid_cell;
+  std::mt19937 rng(5);
+  for (int it = 0; it < 2000; ++it) {
+    const int n_blocks = 1 + rng() % 70, pairs = 1 + rng() % 50, order_pairs = 1 + rng() % pairs;
+    const bool outer = rng() % 2;
+    std::vector<int> seen(static_cast<size_t>(n_blocks) * pairs, 0);
+    int last_group = -1, last_n = -1;
+    for (int bid = 0; bid < n_blocks * pairs; ++bid) {
+      const auto c = bwd_grid_cell(bid, outer, order_pairs, n_blocks, pairs);
+      ASSERT_TRUE(c.n_block >= 0 && c.n_block < n_blocks && c.pair >= 0 && c.pair < pairs) << bid;
+      ++seen[static_cast<size_t>(c.pair) * n_blocks + c.n_block];
+      if (outer) {
+        const int group = c.pair / order_pairs;
+        ASSERT_GE(group, last_group) << bid;
+        if (group == last_group) ASSERT_GE(c.n_block, last_n) << bid;
+        last_group = group;
+        last_n = c.n_block;
+      }
+    }
+    for (int x : seen) ASSERT_EQ(x, 1) << n_blocks << " key blocks, " << pairs << " pairs of " << order_pairs;
+  }
+  using flashattn::cuda::sm90::bwd_order_pairs;
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(8, 2048, 8, 8, true), 256, 132), 5);  // 32 key blocks a pair
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 16384, 8, 8, true), 256, 132), 1);
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(32, 512, 16, 16, true), 128, 132), 33);
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 128, 2, 2, true), 128, 132), 2);  // at most every pair
 }
 
 // The maps the sm90 backward encodes: none over an empty tensor (TMA takes no zero-sized dimension

@@ -67,7 +67,8 @@ struct BwdKernelParams {
   ScoreTransform scores;   // S → log2-domain scores, as the forward (common/scores.cuh)
   ScoreSlope score_slope;  // where score_slope_varies(scores): dS's factor per score
   bool deterministic = false;
-  bool key_blocks_outer = false;  // the grid's order (scheduler.cuh's bwd_block_index; sm90/bwd_kernel.cuh's bwd_key_block)
+  bool key_blocks_outer = false;  // the grid's order (scheduler.cuh's bwd_block_index; sm90/bwd_tile.cuh's bwd_key_block)
+  int order_pairs = 0;            // sm90, key_blocks_outer: (kv head, sequence) pairs per group of that order
 
   // Workspace (see the top of this file).
   float* dq_accum = nullptr;

@@ -81,6 +81,11 @@ struct BwdChains {
 };
 BwdChains bwd_chains(const BwdParams& p, int head_dim, int num_sms);  // the kernel of head_dim's steps
 
+// The grid's order under a mask (bwd_tile.cuh's bwd_key_block): pairs (kv head, sequence) per group,
+// enough for the group's key blocks to fill the SMs once, so that the CTAs running at once read the Q
+// and dO and add into the dQ of that many pairs (L2 holds them) rather than of every pair.
+int bwd_order_pairs(const BwdParams& p, int head_dim, int num_sms);
+
 // Builds the tensor maps of Q, K, V and dO and launches the main kernel on params.stream (never
 // synchronizes). `k` holds the workspace the preprocess has filled.
 template <class Tag, int kHeadDim>

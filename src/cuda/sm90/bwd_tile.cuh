@@ -23,6 +23,7 @@
 #include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/sm80/bwd_params.cuh"
+#include "cuda/sm90/bwd_grid_order.cuh"
 #include "cuda/sm90/fwd_shape.hpp"
 #include "cuda/sm90/swizzled_tile.cuh"
 
@@ -113,23 +114,14 @@ struct BwdKeyBlock {
   }
 };
 
-// The grid's order: blockIdx.x = key block + num_n_blocks · (kv head + heads_kv · sequence), the
-// CTAs of one head together (they read the same Q and dO); under a mask (p.key_blocks_outer, not in
-// deterministic mode) the key block outermost instead, so that the longest blocks of every head start
-// first (causal: the first key blocks walk the most steps), as sm80's scheduler does.
+// The CTA's key block and (kv head, sequence) in the grid's order (bwd_grid_order.cuh).
 template <class Traits>
 __device__ __forceinline__ BwdKeyBlock bwd_key_block(const BwdKernelParams& p) {
   BwdKeyBlock b;
-  const int bid = static_cast<int>(blockIdx.x);
-  int n_block, pair;
-  if (p.key_blocks_outer) {
-    const int pairs = p.heads_kv * p.batch;
-    n_block = bid / pairs;
-    pair = bid - n_block * pairs;
-  } else {
-    n_block = bid % p.num_n_blocks;
-    pair = bid / p.num_n_blocks;
-  }
+  const BwdGridCell cell = bwd_grid_cell(static_cast<int>(blockIdx.x), p.key_blocks_outer, p.order_pairs,
+                                         p.num_n_blocks, p.heads_kv * p.batch);
+  int n_block = cell.n_block;
+  const int pair = cell.pair;
   // Deterministic mode under a right-bounded mask: the key blocks add into a query tile's dQ from
   // the last to the first, so the grid runs them in that order (BwdLoads::wait_dq_turn). A mask with
   // only a left edge: the last key blocks are seen by the most query rows, so they start first.

@@ -6,6 +6,7 @@
 // whose head dims fit a compiled instance (64, 128, 192, 256; others round up). Causal, sliding
 // windows, soft cap and GQA/MQA run on it, and paged K/V (paged prefill) whose pages make up whole
 // key blocks (check_paged). Everything else is not_supported with the reason.
+#include <algorithm>
 #include <climits>
 #include <string>
 
@@ -222,6 +223,7 @@ Status check_bwd_layout(const BwdParams& p, int head_dim) {
 struct BwdPlanDetail {
   BwdRunFn run;
   int head_dim;
+  int order_pairs;
   sm80::WorkspaceLayout workspace;
 };
 
@@ -246,7 +248,7 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
   FLASHATTN_TRY(check_bwd_layout(p, inst->head_dim));
   const int i = dtype_index(p.dtype);
   FLASHATTN_TRY(inst->check[i]());
-  const BwdPlanDetail d{inst->run[i], inst->head_dim,
+  const BwdPlanDetail d{inst->run[i], inst->head_dim, bwd_order_pairs(p, inst->head_dim, dev.num_sms),
                         sm80::workspace_layout(p, inst->head_dim, bwd_block_m(inst->head_dim),
                                                bwd_block_n(inst->head_dim),
                                                sm80::BwdSplit::whole(ctas))};
@@ -265,6 +267,7 @@ Status run_backward(const Plan& plan, const BwdParams& p) {
       sm80::kernel_params(p, d.head_dim, bwd_block_m(d.head_dim), bwd_block_n(d.head_dim), d.workspace);
   k.dq_row_major = true;
   k.key_blocks_outer = mask_of(p.options).has_mask() && !p.deterministic;  // bwd_tile.cuh's grid order
+  k.order_pairs = d.order_pairs;
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   FLASHATTN_TRY(sm80::launch_bwd_preprocess(k, p.dtype, stream));
   FLASHATTN_TRY(d.run(p, k));
@@ -272,6 +275,12 @@ Status run_backward(const Plan& plan, const BwdParams& p) {
 }
 
 }  // namespace
+
+int bwd_order_pairs(const BwdParams& p, int head_dim, int num_sms) {
+  const int block_n = bwd_block_n(head_dim);
+  const int64_t pairs = p.heads_kv * p.batch, key_blocks = std::max<int64_t>(1, (p.seqlen_k + block_n - 1) / block_n);
+  return static_cast<int>(std::clamp<int64_t>((num_sms + key_blocks - 1) / key_blocks, 1, std::max<int64_t>(pairs, 1)));
+}
 
 BwdChains bwd_chains(const BwdParams& p, int head_dim, int num_sms) {
   BwdChains c;

@@ -582,7 +582,8 @@ TEST(CudaSm90BackwardPlan, GridOrderCoversTheGridOnce) {
   }
   using flashattn::cuda::sm90::bwd_order_pairs;
   EXPECT_EQ(bwd_order_pairs(bwd_shape(8, 2048, 8, 8, true), 256, 132), 5);  // 32 key blocks a pair
-  EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 16384, 8, 8, true), 256, 132), 1);
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 4096, 8, 8, true), 256, 132), 3);
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 8192, 8, 8, true), 256, 132), 8);  // long keys: one group
   EXPECT_EQ(bwd_order_pairs(bwd_shape(32, 512, 16, 16, true), 128, 132), 33);
   EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 128, 2, 2, true), 128, 132), 2);  // at most every pair
 }

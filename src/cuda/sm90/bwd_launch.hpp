@@ -83,7 +83,11 @@ BwdChains bwd_chains(const BwdParams& p, int head_dim, int num_sms);  // the ker
 
 // The grid's order under a mask (bwd_tile.cuh's bwd_key_block): pairs (kv head, sequence) per group,
 // enough for the group's key blocks to fill the SMs once, so that the CTAs running at once read the Q
-// and dO and add into the dQ of that many pairs (L2 holds them) rather than of every pair.
+// and dO and add into the dQ of that many pairs (L2 holds them) rather than of every pair. Only below
+// kGroupedOrderBelowSeqlenK keys: from there one pair's key blocks fill most of a wave, the groups hold
+// one to three pairs, and the grid's tail (a late group's longest blocks starting last) cost more than
+// L2 saved (0.96-1.02 x every pair in one group on the H100).
+inline constexpr int64_t kGroupedOrderBelowSeqlenK = 8192;
 int bwd_order_pairs(const BwdParams& p, int head_dim, int num_sms);
 
 // Builds the tensor maps of Q, K, V and dO and launches the main kernel on params.stream (never

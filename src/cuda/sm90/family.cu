@@ -279,6 +279,7 @@ Status run_backward(const Plan& plan, const BwdParams& p) {
 int bwd_order_pairs(const BwdParams& p, int head_dim, int num_sms) {
   const int block_n = bwd_block_n(head_dim);
   const int64_t pairs = p.heads_kv * p.batch, key_blocks = std::max<int64_t>(1, (p.seqlen_k + block_n - 1) / block_n);
+  if (p.seqlen_k >= kGroupedOrderBelowSeqlenK) return static_cast<int>(std::max<int64_t>(pairs, 1));
   return static_cast<int>(std::clamp<int64_t>((num_sms + key_blocks - 1) / key_blocks, 1, std::max<int64_t>(pairs, 1)));
 }
 

@@ -581,11 +581,16 @@ TEST(CudaSm90BackwardPlan, GridOrderCoversTheGridOnce) {
     for (int x : seen) ASSERT_EQ(x, 1) << n_blocks << " key blocks, " << pairs << " pairs of " << order_pairs;
   }
   using flashattn::cuda::sm90::bwd_order_pairs;
-  EXPECT_EQ(bwd_order_pairs(bwd_shape(8, 2048, 8, 8, true), 256, 132), 5);  // 32 key blocks a pair
-  EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 4096, 8, 8, true), 256, 132), 3);
-  EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 8192, 8, 8, true), 256, 132), 8);  // long keys: one group
-  EXPECT_EQ(bwd_order_pairs(bwd_shape(32, 512, 16, 16, true), 128, 132), 33);
-  EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 128, 2, 2, true), 128, 132), 2);  // at most every pair
+  constexpr double kH100 = 3.35e12, kH200 = 4.8e12;
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(8, 2048, 8, 8, true), 256, 132, kH100), 5);  // 32 key blocks a pair
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 4096, 8, 8, true), 256, 132, kH100), 3);
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(32, 512, 16, 16, true), 128, 132, kH100), 33);
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 128, 2, 2, true), 128, 132, kH100), 2);  // at most every pair
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(8, 2048, 32, 4, true), 128, 132, kH100), 9);  // 8 query heads a kv head
+  // One group of every pair: long keys, MQA, the H200's memory.
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 8192, 8, 8, true), 256, 132, kH100), 8);
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(16, 2048, 32, 1, true), 128, 132, kH100), 16);
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(8, 2048, 8, 8, true), 256, 132, kH200), 64);
 }
 
 // The maps the sm90 backward encodes: none over an empty tensor (TMA takes no zero-sized dimension

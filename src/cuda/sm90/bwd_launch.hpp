@@ -83,12 +83,14 @@ BwdChains bwd_chains(const BwdParams& p, int head_dim, int num_sms);  // the ker
 
 // The grid's order under a mask (bwd_tile.cuh's bwd_key_block): pairs (kv head, sequence) per group,
 // enough for the group's key blocks to fill the SMs once, so that the CTAs running at once read the Q
-// and dO and add into the dQ of that many pairs (L2 holds them) rather than of every pair. Only below
-// kGroupedOrderBelowSeqlenK keys: from there one pair's key blocks fill most of a wave, the groups hold
-// one to three pairs, and the grid's tail (a late group's longest blocks starting last) cost more than
-// L2 saved (0.96-1.02 x every pair in one group on the H100).
+// and dO and add into the dQ of that many pairs (L2 holds them) rather than of every pair. Grouped
+// where that measured faster than one group of every pair (docs/kernels-sm90-backward.md, "The grid
+// order"): on memory slower than kFastMemory (the H100), keys under kGroupedOrderBelowSeqlenK (from
+// there a pair's key blocks fill most of a wave and the late groups' longest blocks make a tail) and
+// up to kSlowMaxGroup query heads per kv head (MQA's long chains want the longest blocks first). The
+// H200 keeps one group: not yet measured grouped there.
 inline constexpr int64_t kGroupedOrderBelowSeqlenK = 8192;
-int bwd_order_pairs(const BwdParams& p, int head_dim, int num_sms);
+int bwd_order_pairs(const BwdParams& p, int head_dim, int num_sms, double memory_bandwidth);
 
 // Builds the tensor maps of Q, K, V and dO and launches the main kernel on params.stream (never
 // synchronizes). `k` holds the workspace the preprocess has filled.

@@ -248,7 +248,7 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
   FLASHATTN_TRY(check_bwd_layout(p, inst->head_dim));
   const int i = dtype_index(p.dtype);
   FLASHATTN_TRY(inst->check[i]());
-  const BwdPlanDetail d{inst->run[i], inst->head_dim, bwd_order_pairs(p, inst->head_dim, dev.num_sms),
+  const BwdPlanDetail d{inst->run[i], inst->head_dim, bwd_order_pairs(p, inst->head_dim, dev.num_sms, dev.memory_bandwidth),
                         sm80::workspace_layout(p, inst->head_dim, bwd_block_m(inst->head_dim),
                                                bwd_block_n(inst->head_dim),
                                                sm80::BwdSplit::whole(ctas))};
@@ -276,11 +276,15 @@ Status run_backward(const Plan& plan, const BwdParams& p) {
 
 }  // namespace
 
-int bwd_order_pairs(const BwdParams& p, int head_dim, int num_sms) {
+int bwd_order_pairs(const BwdParams& p, int head_dim, int num_sms, double memory_bandwidth) {
+  const int64_t pairs = std::max<int64_t>(1, p.heads_kv * p.batch);
+  const int64_t group = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 0;
+  if (memory_bandwidth >= kFastMemory || p.seqlen_k >= kGroupedOrderBelowSeqlenK || group > kSlowMaxGroup) {
+    return static_cast<int>(pairs);
+  }
   const int block_n = bwd_block_n(head_dim);
-  const int64_t pairs = p.heads_kv * p.batch, key_blocks = std::max<int64_t>(1, (p.seqlen_k + block_n - 1) / block_n);
-  if (p.seqlen_k >= kGroupedOrderBelowSeqlenK) return static_cast<int>(std::max<int64_t>(pairs, 1));
-  return static_cast<int>(std::clamp<int64_t>((num_sms + key_blocks - 1) / key_blocks, 1, std::max<int64_t>(pairs, 1)));
+  const int64_t key_blocks = std::max<int64_t>(1, (p.seqlen_k + block_n - 1) / block_n);
+  return static_cast<int>(std::clamp<int64_t>((num_sms + key_blocks - 1) / key_blocks, 1, pairs));
 }
 
 BwdChains bwd_chains(const BwdParams& p, int head_dim, int num_sms) {

@@ -221,7 +221,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     }
     if (tid < 2 * Traits::kBlockM && k + kAhead < kb.steps) ml.store_row_scalar(k + kAhead, next_scalar);
   }
-  store_key_side<typename Traits::Tag, Traits::kD>(p, kb, row0, 0, lane / 4, lane % 4, dk, dv);
+  __syncthreads();  // both warpgroups' last products (which read K and V) are waited for
+  stage_key_side<Traits, Traits::kD>(sm, row0, 0, lane / 4, lane % 4, dk, dv, p.scale);
+  __syncthreads();
+  store_key_tiles<Traits>(p, kb, sm, tid);
 #else
   FLASHATTN_PTX_UNSUPPORTED("the sm90 backward kernel needs sm_90a");
 #endif

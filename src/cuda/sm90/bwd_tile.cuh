@@ -407,27 +407,48 @@ __device__ __forceinline__ void add_dq_fragment(const BwdKernelParams& p, int64_
   }
 }
 
-// The key side's end: dK·scale and dV of this warp's rows (keys key0 + g, + 8 of the block) in the
-// kCols columns from col0, converted and stored; keys past seqlen_k are not written.
-template <class Tag, int kCols>
-__device__ __forceinline__ void store_key_side(const BwdKernelParams& p, const BwdKeyBlock& kb, int key0, int col0,
-                                               int g, int t, const float (&dk)[kCols / 2],
-                                               const float (&dv)[kCols / 2]) {
+// The key side's end, through shared memory (K's and V's tiles: free once every product that reads
+// them has been waited for, which the caller's barrier makes sure of), so that the global stores
+// are whole 16-byte pieces of rows rather than 4-byte pairs of eight rows per warp instruction.
+// stage_key_side: dK·scale and dV of this warp's fragment (keys key0 + g, + 8 of the block; kCols
+// columns from col0) into the tiles, element (key, col) where TMA put K's (64-column chunks,
+// ptx::swizzle_128b_offset: the eight rows of a fragment store land in eight distinct 16-byte
+// columns, no bank conflict). store_key_tiles: after a barrier, every thread's 16-byte pieces of the
+// block's rows to dK and dV; keys past seqlen_k are not written.
+template <class Traits, int kCols>
+__device__ __forceinline__ void stage_key_side(const BwdSmem<Traits>& sm, int key0, int col0, int g, int t,
+                                               const float (&dk)[kCols / 2], const float (&dv)[kCols / 2],
+                                               float scale) {
+  using Tag = typename Traits::Tag;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int key = kb.n0 + key0 + g + 8 * half;
-    if (key >= kb.seq.seqlen_k) continue;
-    const int64_t row = kb.seq.k_offset + key;  // varlen: the packed row (batch strides are 0)
-    uint16_t* dk_row = static_cast<uint16_t*>(p.dk) + col0 +
-                       gmem_offset(kb.batch, row, kb.head_kv, p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride);
-    uint16_t* dv_row = static_cast<uint16_t*>(p.dv) + col0 +
-                       gmem_offset(kb.batch, row, kb.head_kv, p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride);
+    const int key = key0 + g + 8 * half;
 #pragma unroll
     for (int j = 0; j < kCols / 8; ++j) {
-      const int e = 4 * j + 2 * half;
-      *reinterpret_cast<uint32_t*>(dk_row + 8 * j + 2 * t) = ptx::pack2<Tag>(dk[e] * p.scale, dk[e + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(dv_row + 8 * j + 2 * t) = ptx::pack2<Tag>(dv[e], dv[e + 1]);
+      const int col = col0 + 8 * j + 2 * t, e = 4 * j + 2 * half;
+      const uint32_t at = (col / kSwizzleCols) * Traits::kKVChunkBytes +
+                          ptx::swizzle_128b_offset(key, 2 * (col % kSwizzleCols));
+      *reinterpret_cast<uint32_t*>(sm.generic + Traits::kK + at) = ptx::pack2<Tag>(dk[e] * scale, dk[e + 1] * scale);
+      *reinterpret_cast<uint32_t*>(sm.generic + Traits::kV + at) = ptx::pack2<Tag>(dv[e], dv[e + 1]);
     }
+  }
+}
+
+template <class Traits>
+__device__ __forceinline__ void store_key_tiles(const BwdKernelParams& p, const BwdKeyBlock& kb,
+                                                const BwdSmem<Traits>& sm, int tid) {
+  constexpr int kPieces = Traits::kD / 8;  // 16-byte pieces of a row
+  for (int i = tid; i < Traits::kBlockN * kPieces; i += Traits::kThreads) {
+    const int r = i / kPieces, c = i % kPieces, key = kb.n0 + r;
+    if (key >= kb.seq.seqlen_k) break;  // i only grows: the rest of the block is past the sequence too
+    const uint32_t at = (c / 8) * Traits::kKVChunkBytes + ptx::swizzle_128b_offset(r, 16 * (c % 8));
+    const int64_t row = kb.seq.k_offset + key;  // varlen: the packed row (batch strides are 0)
+    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.dk) + 8 * c +
+                              gmem_offset(kb.batch, row, kb.head_kv, p.dk_batch_stride, p.dk_row_stride,
+                                          p.dk_head_stride)) = *reinterpret_cast<const uint4*>(sm.generic + Traits::kK + at);
+    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p.dv) + 8 * c +
+                              gmem_offset(kb.batch, row, kb.head_kv, p.dv_batch_stride, p.dv_row_stride,
+                                          p.dv_head_stride)) = *reinterpret_cast<const uint4*>(sm.generic + Traits::kV + at);
   }
 }
 

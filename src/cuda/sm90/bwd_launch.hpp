@@ -25,15 +25,15 @@ constexpr bool has_sm90_bwd(int head_dim) { return head_dim == 64 || head_dim ==
 
 // Where "auto" gives the backward to this family (Plan::in_auto; elsewhere sm80's runs unless a call
 // names sm90): the head dims measured faster than sm80's backward in one process, each from the key
-// length where it is, with a mask (causal, window) and without. A masked call's grid takes every
-// (kv head, sequence) pair's first key blocks first (bwd_tile.cuh's key_blocks_outer), so the CTAs
-// running at once stream the Q and dO of many pairs: the speed depends on the memory's bandwidth, and
-// the H100 (3.35 TB/s) needs longer keys than the H200 (4.8 TB/s) before this kernel wins there, and
-// loses MQA. The thresholds are where each measured faster (C API, sm90 / sm80 in one process; in
-// bench/results: the H200's 2026-12-05-h200-e2e622e-sm90-bwd.md, the H100's
-// 2026-12-05-h100-fe1a48b-sm90-bwd.md and 2026-12-05-h100-*-variant-grouped-order-bwd.md;
-// docs/kernels-sm90-backward.md). D = 64 is not yet measured on the H200 (the H100's thresholds stand).
-// Deterministic calls stay on sm80's (tested here, not yet timed).
+// length where it is, with a mask (causal, window) and without. Masked calls depend on the memory's
+// bandwidth: on the H200 (4.8 TB/s) the grid takes every (kv head, sequence) pair's first key blocks
+// first; on slower memory (the H100, 3.35 TB/s) the pairs go in groups below 8k keys
+// (bwd_order_pairs), which wins there from shorter keys but not for MQA. The thresholds are where each
+// measured faster (C API, sm90 / sm80 in one process; in bench/results: the H200's
+// 2026-12-05-h200-e2e622e-sm90-bwd.md, the H100's 2026-12-05-h100-72dbf94-sm90-bwd.md;
+// docs/kernels-sm90-backward.md). On the H200, D = 64 and the staged epilogue are not yet measured
+// (D = 64 keeps the thresholds the H100 gave before the epilogue). Deterministic calls stay on sm80's
+// (tested here, not yet timed).
 struct BackwardAuto {
   int head_dim;
   int64_t from_seqlen_k;              // unmasked: the call's (longest) key sequence at least this long
@@ -43,7 +43,7 @@ struct BackwardAuto {
 inline constexpr double kFastMemory = 4e12;
 inline constexpr int64_t kSlowMaxGroup = 8;
 inline constexpr std::array<BackwardAuto, 3> kBackwardAuto = {
-    {{64, 2048, 8192, 8192}, {128, 0, 2048, 8192}, {256, 0, 4096, 8192}}};
+    {{64, 2048, 8192, 2048}, {128, 0, 2048, 0}, {256, 0, 4096, 1024}}};
 
 // What the choice reads of a call and the GPU.
 struct BackwardCall {

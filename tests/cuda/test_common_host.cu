@@ -561,6 +561,43 @@ TEST(CudaSm90BackwardPlan, AutoWhereMeasuredFaster) {
   }
 }
 
+// The grid order covers every (key block, pair) once; under a mask the pairs go in groups
+// (bwd_order_pairs: one wave's worth of key blocks) and a group's key blocks come in order.
+TEST(CudaSm90BackwardPlan, GridOrderCoversTheGridOnce) {
+  using flashattn::cuda::sm90::bwd_grid_cell;
+  std::mt19937 rng(5);
+  for (int it = 0; it < 2000; ++it) {
+    const int n_blocks = 1 + rng() % 70, pairs = 1 + rng() % 50, order_pairs = 1 + rng() % pairs;
+    const bool outer = rng() % 2;
+    std::vector<int> seen(static_cast<size_t>(n_blocks) * pairs, 0);
+    int last_group = -1, last_n = -1;
+    for (int bid = 0; bid < n_blocks * pairs; ++bid) {
+      const auto c = bwd_grid_cell(bid, outer, order_pairs, n_blocks, pairs);
+      ASSERT_TRUE(c.n_block >= 0 && c.n_block < n_blocks && c.pair >= 0 && c.pair < pairs) << bid;
+      ++seen[static_cast<size_t>(c.pair) * n_blocks + c.n_block];
+      if (outer) {
+        const int group = c.pair / order_pairs;
+        ASSERT_GE(group, last_group) << bid;
+        if (group == last_group) ASSERT_GE(c.n_block, last_n) << bid;
+        last_group = group;
+        last_n = c.n_block;
+      }
+    }
+    for (int x : seen) ASSERT_EQ(x, 1) << n_blocks << " key blocks, " << pairs << " pairs of " << order_pairs;
+  }
+  using flashattn::cuda::sm90::bwd_order_pairs;
+  constexpr double kH100 = 3.35e12, kH200 = 4.8e12;
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(8, 2048, 8, 8, true), 256, 132, kH100), 5);  // 32 key blocks a pair
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 4096, 8, 8, true), 256, 132, kH100), 3);
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(32, 512, 16, 16, true), 128, 132, kH100), 33);
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 128, 2, 2, true), 128, 132, kH100), 2);  // at most every pair
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(8, 2048, 32, 4, true), 128, 132, kH100), 9);  // 8 query heads a kv head
+  // One group of every pair: long keys, MQA, the H200's memory.
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 8192, 8, 8, true), 256, 132, kH100), 8);
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(16, 2048, 32, 1, true), 128, 132, kH100), 16);
+  EXPECT_EQ(bwd_order_pairs(bwd_shape(8, 2048, 8, 8, true), 256, 132, kH200), 64);
+}
+
 // The maps the sm90 backward encodes: none over an empty tensor (TMA takes no zero-sized dimension
 // and an empty tensor may have no data pointer); the kernel never loads through the others.
 TEST(CudaSm90BackwardPlan, EmptyTensorsGetNoMap) {

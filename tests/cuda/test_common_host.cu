@@ -585,17 +585,21 @@ TEST(CudaSm90BackwardPlan, GridOrderCoversTheGridOnce) {
     }
     for (int x : seen) ASSERT_EQ(x, 1) << n_blocks << " key blocks, " << pairs << " pairs of " << order_pairs;
   }
-  using flashattn::cuda::sm90::bwd_order_pairs;
+  // The order's group at a (batch, seqlen, heads_q, heads_kv) masked call of head dim d on 132 SMs.
+  const auto order_pairs = [](int64_t batch, int64_t seqlen, int64_t heads_q, int64_t heads_kv, int d, double bw) {
+    const flashattn::cuda::sm90::BackwardCall call{d, seqlen, heads_q / heads_kv, true, false, bw};
+    return flashattn::cuda::sm90::bwd_order_pairs(call, static_cast<int>(heads_kv * batch), 132);
+  };
   constexpr double kH100 = 3.35e12, kH200 = 4.8e12;
-  EXPECT_EQ(bwd_order_pairs(bwd_shape(8, 2048, 8, 8, true), 256, 132, kH100), 5);  // 32 key blocks a pair
-  EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 4096, 8, 8, true), 256, 132, kH100), 3);
-  EXPECT_EQ(bwd_order_pairs(bwd_shape(32, 512, 16, 16, true), 128, 132, kH100), 33);
-  EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 128, 2, 2, true), 128, 132, kH100), 2);  // at most every pair
-  EXPECT_EQ(bwd_order_pairs(bwd_shape(8, 2048, 32, 4, true), 128, 132, kH100), 9);  // 8 query heads a kv head
+  EXPECT_EQ(order_pairs(8, 2048, 8, 8, 256, kH100), 5);  // 32 key blocks a pair
+  EXPECT_EQ(order_pairs(1, 4096, 8, 8, 256, kH100), 3);
+  EXPECT_EQ(order_pairs(32, 512, 16, 16, 128, kH100), 33);
+  EXPECT_EQ(order_pairs(1, 128, 2, 2, 128, kH100), 2);  // at most every pair
+  EXPECT_EQ(order_pairs(8, 2048, 32, 4, 128, kH100), 9);  // 8 query heads a kv head
   // One group of every pair: long keys, MQA, the H200's memory.
-  EXPECT_EQ(bwd_order_pairs(bwd_shape(1, 8192, 8, 8, true), 256, 132, kH100), 8);
-  EXPECT_EQ(bwd_order_pairs(bwd_shape(16, 2048, 32, 1, true), 128, 132, kH100), 16);
-  EXPECT_EQ(bwd_order_pairs(bwd_shape(8, 2048, 8, 8, true), 256, 132, kH200), 64);
+  EXPECT_EQ(order_pairs(1, 8192, 8, 8, 256, kH100), 8);
+  EXPECT_EQ(order_pairs(16, 2048, 32, 1, 128, kH100), 16);
+  EXPECT_EQ(order_pairs(8, 2048, 8, 8, 256, kH200), 64);
 }
 
 // The maps the sm90 backward encodes: none over an empty tensor (TMA takes no zero-sized dimension

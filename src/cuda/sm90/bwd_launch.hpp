@@ -3,6 +3,7 @@
 // alone). family.cu plans the call and runs the sm80 family's preprocess and postprocess around it.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -64,6 +65,23 @@ constexpr bool backward_in_auto(const BackwardCall& c) {
   return false;
 }
 
+// The grid's order under a mask (bwd_tile.cuh's bwd_key_block): pairs (kv head, sequence) per group,
+// enough for the group's key blocks to fill the SMs once, so that the CTAs running at once read the Q
+// and dO and add into the dQ of that many pairs (L2 holds them) rather than of every pair. Grouped
+// where that measured faster than one group of every pair (docs/kernels-sm90-backward.md, "The grid
+// order"): on memory slower than kFastMemory (the H100), keys under kGroupedOrderBelowSeqlenK (from
+// there a pair's key blocks fill most of a wave and the late groups' longest blocks make a tail) and
+// up to kSlowMaxGroup query heads per kv head (MQA's long chains want the longest blocks first). The
+// H200 keeps one group: not yet measured grouped there. `pairs`: heads_kv · batch, at least 1.
+inline constexpr int64_t kGroupedOrderBelowSeqlenK = 8192;
+constexpr int bwd_order_pairs(const BackwardCall& c, int pairs, int num_sms) {
+  if (c.memory_bandwidth >= kFastMemory || c.seqlen_k >= kGroupedOrderBelowSeqlenK || c.group > kSlowMaxGroup) {
+    return pairs;
+  }
+  const int64_t key_blocks = std::max<int64_t>(1, (c.seqlen_k + bwd_block_n(c.head_dim) - 1) / bwd_block_n(c.head_dim));
+  return static_cast<int>(std::clamp<int64_t>((num_sms + key_blocks - 1) / key_blocks, 1, pairs));
+}
+
 // The chains of a call's key blocks (steps: query blocks × the group's query heads): where the
 // longest walks well over an SM's share of all the steps (few kv heads and sequences: MQA/GQA at
 // batch 1, a causal mask's first key blocks), the GPU idles behind the longest CTAs; the sm80
@@ -80,17 +98,6 @@ struct BwdChains {
   bool chain_bound = false;
 };
 BwdChains bwd_chains(const BwdParams& p, int head_dim, int num_sms);  // the kernel of head_dim's steps
-
-// The grid's order under a mask (bwd_tile.cuh's bwd_key_block): pairs (kv head, sequence) per group,
-// enough for the group's key blocks to fill the SMs once, so that the CTAs running at once read the Q
-// and dO and add into the dQ of that many pairs (L2 holds them) rather than of every pair. Grouped
-// where that measured faster than one group of every pair (docs/kernels-sm90-backward.md, "The grid
-// order"): on memory slower than kFastMemory (the H100), keys under kGroupedOrderBelowSeqlenK (from
-// there a pair's key blocks fill most of a wave and the late groups' longest blocks make a tail) and
-// up to kSlowMaxGroup query heads per kv head (MQA's long chains want the longest blocks first). The
-// H200 keeps one group: not yet measured grouped there.
-inline constexpr int64_t kGroupedOrderBelowSeqlenK = 8192;
-int bwd_order_pairs(const BwdParams& p, int head_dim, int num_sms, double memory_bandwidth);
 
 // Builds the tensor maps of Q, K, V and dO and launches the main kernel on params.stream (never
 // synchronizes). `k` holds the workspace the preprocess has filled.

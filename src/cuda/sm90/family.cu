@@ -248,15 +248,17 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
   FLASHATTN_TRY(check_bwd_layout(p, inst->head_dim));
   const int i = dtype_index(p.dtype);
   FLASHATTN_TRY(inst->check[i]());
-  const BwdPlanDetail d{inst->run[i], inst->head_dim, bwd_order_pairs(p, inst->head_dim, dev.num_sms, dev.memory_bandwidth),
+  const int64_t group = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 0;  // validated: heads_kv divides heads_q
+  const BackwardCall call{inst->head_dim, p.seqlen_k, group, mask_of(p.options).has_mask(), p.deterministic,
+                          dev.memory_bandwidth};
+  const int pairs = static_cast<int>(std::max<int64_t>(1, p.heads_kv * p.batch));  // check_bwd_grid: under 2^31
+  const BwdPlanDetail d{inst->run[i], inst->head_dim, bwd_order_pairs(call, pairs, dev.num_sms),
                         sm80::workspace_layout(p, inst->head_dim, bwd_block_m(inst->head_dim),
                                                bwd_block_n(inst->head_dim),
                                                sm80::BwdSplit::whole(ctas))};
   plan->workspace_bytes = d.workspace.bytes;
   plan->workspace_alignment = 16;  // the pre/postprocess's vector accesses of the fp32 sums
-  const int64_t group = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 0;  // validated: heads_kv divides heads_q
-  plan->in_auto = backward_in_auto(
-      {inst->head_dim, p.seqlen_k, group, mask_of(p.options).has_mask(), p.deterministic, dev.memory_bandwidth});
+  plan->in_auto = backward_in_auto(call);
   plan->set(d);
   return Status::success();
 }
@@ -275,17 +277,6 @@ Status run_backward(const Plan& plan, const BwdParams& p) {
 }
 
 }  // namespace
-
-int bwd_order_pairs(const BwdParams& p, int head_dim, int num_sms, double memory_bandwidth) {
-  const int64_t pairs = std::max<int64_t>(1, p.heads_kv * p.batch);
-  const int64_t group = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 0;
-  if (memory_bandwidth >= kFastMemory || p.seqlen_k >= kGroupedOrderBelowSeqlenK || group > kSlowMaxGroup) {
-    return static_cast<int>(pairs);
-  }
-  const int block_n = bwd_block_n(head_dim);
-  const int64_t key_blocks = std::max<int64_t>(1, (p.seqlen_k + block_n - 1) / block_n);
-  return static_cast<int>(std::clamp<int64_t>((num_sms + key_blocks - 1) / key_blocks, 1, pairs));
-}
 
 BwdChains bwd_chains(const BwdParams& p, int head_dim, int num_sms) {
   BwdChains c;

@@ -38,7 +38,7 @@ template <class Tag, int kHeadDim>
 Status bwd_run(const BwdParams& p, const sm80::BwdKernelParams& k) {
   using Of = BwdKernelOf<Tag, kHeadDim>;
   using Traits = typename Of::Traits;
-  const int64_t ctas = int64_t{k.num_n_blocks} * k.heads_kv * k.batch;
+  const int64_t ctas = int64_t{k.num_n_blocks} * k.heads_kv * k.batch * k.split_parts;  // every cell's parts
   if (ctas == 0) return Status::success();
   const BwdMapSpecs specs = bwd_map_specs(p, Traits::kBlockM, Traits::kBlockN);
   CUtensorMap tm_q{}, tm_k{}, tm_v{}, tm_do{};

@@ -82,20 +82,47 @@ constexpr int bwd_order_pairs(const BackwardCall& c, int pairs, int num_sms) {
   return static_cast<int>(std::clamp<int64_t>((num_sms + key_blocks - 1) / key_blocks, 1, pairs));
 }
 
-// The chains of a call's key blocks (steps: query blocks × the group's query heads): where the
-// longest walks well over an SM's share of all the steps (few kv heads and sequences: MQA/GQA at
-// batch 1, a causal mask's first key blocks), the GPU idles behind the longest CTAs; the sm80
-// backward splits such key blocks into parts (sm80/bwd_plan.cu), this kernel does not, so the plan
-// leaves those calls to it (chain_bound). Up to kBwdChainMargin times the share they run here all
-// the same: the grid starts the longest blocks first (bwd_tile.cuh's bwd_key_block), and the steps
-// are expected to be faster than sm80's by more than that (to be measured:
-// docs/kernels-sm90-backward.md). Short chains (at most kBwdShortChain steps: small problems, where a
-// split gains little) run here too. Varlen calls are counted at their longest lengths.
+// The chains of a call's key blocks (steps: query blocks × the group's query heads) and the parts
+// they run as. A key block runs as `parts` CTAs over consecutive ranges of its chain (bwd_tile.cuh's
+// bwd_key_block), which add their dK and dV into fp32 sums in the workspace; the last to finish
+// stores them (add_key_side_part). Two reasons to split, bwd_parts:
+// - L2: a CTA walks its query heads' Q, dO and dQ, and the CTAs running at once walk those of every
+//   head they own, so a large group (MQA 32/1: each CTA all 32 heads) spreads the reads and the dQ
+//   additions over far more than L2 holds; a part walks at most kBwdHeadsPerPart query heads (GQA
+//   32/8's four, measured faster than sm80's on both GPUs). Parts of fewer than kBwdMinPartSteps
+//   steps are not made for it.
+// - Balance: where the longest chain walks more than an SM's share of all the steps (few kv heads and
+//   sequences: MQA/GQA at batch 1, a causal mask's first key blocks), the GPU would idle behind it;
+//   there the parts are at most a quarter of a share long (at least kBwdMinPartSteps: sm80's rule,
+//   sm80/bwd_plan.cu's split_long_blocks), up to kBwdMaxParts.
+// Deterministic mode never splits (the sums' order would vary); a call whose longest part still walks
+// over kBwdChainMargin times an SM's share of the steps (chain_bound: deterministic MQA at batch 1)
+// is left to the sm80 backward. Short chains (at most kBwdShortChain steps: small problems) run here
+// whatever the grid. Varlen calls are counted at their longest lengths.
 inline constexpr int64_t kBwdShortChain = 64;
 inline constexpr double kBwdChainMargin = 1.25;
+inline constexpr int64_t kBwdHeadsPerPart = 4;
+inline constexpr int64_t kBwdMinPartSteps = 16;
+inline constexpr int64_t kBwdMaxParts = 64;
+constexpr int64_t bwd_parts(bool deterministic, int64_t group, int64_t longest, int64_t steps, int num_sms) {
+  if (deterministic || longest <= kBwdMinPartSteps) return 1;
+  int64_t parts = (group + kBwdHeadsPerPart - 1) / kBwdHeadsPerPart;
+  parts = std::min(parts, longest / kBwdMinPartSteps);
+  if (longest > kBwdShortChain && longest * num_sms > steps) {
+    const int64_t piece = std::max(steps / (4 * int64_t{num_sms}), 2 * kBwdMinPartSteps);
+    parts = std::max(parts, (longest + piece - 1) / piece);
+  }
+  return std::clamp<int64_t>(parts, 1, kBwdMaxParts);
+}
 struct BwdChains {
-  int64_t ctas = 0, longest = 0, steps = 0;
+  int64_t cells = 0;    // key blocks × kv heads × sequences
+  int64_t parts = 1;    // CTAs per cell (bwd_parts)
+  int64_t ctas = 0;     // cells × parts: the grid
+  int64_t longest = 0;  // steps of the longest part
+  int64_t steps = 0;    // of every chain together
   bool chain_bound = false;
+  // Query heads a CTA walks at most: the group, or a part's share of it.
+  int64_t heads_per_cta(int64_t group) const { return std::max<int64_t>(1, (group + parts - 1) / parts); }
 };
 BwdChains bwd_chains(const BwdParams& p, int head_dim, int num_sms);  // the kernel of head_dim's steps
 

@@ -92,12 +92,15 @@ struct BwdSmem {
 };
 
 // The CTA's key block and the steps it walks: query blocks [m_begin, m_begin + m_count) of each of
-// the group's query heads, head-major.
+// the group's query heads, head-major (the chain); a key block split into parts (p.split_parts > 1,
+// the plan's bwd_chains) walks steps [step0, step0 + steps) of it, part `part` of the consecutive
+// ranges, and adds its dK and dV into the key block's fp32 sums (sums: its index in p.tail_dkv).
 struct BwdKeyBlock {
   int batch, head_kv, n0;
   SeqLens seq;
   Mask mask;
-  int m_begin, m_count, steps;
+  int m_begin, m_count, step0, steps;
+  int parts, sums;
   int64_t ws_row0;     // the sequence's first workspace row (bwd_params.cuh)
   bool varlen;
   int tma_batch;       // TMA coordinates: varlen rows are packed rows of the one "batch" 0
@@ -106,8 +109,8 @@ struct BwdKeyBlock {
   // Whether the CTA's keys exist: past a varlen sequence's end there is nothing to compute or write.
   __device__ bool has_keys() const { return n0 < seq.seqlen_k; }
 
-  __device__ int head(const BwdKernelParams& p, int k) const { return head_kv * p.group + k / m_count; }
-  __device__ int m0(int k, int bm) const { return (m_begin + k % m_count) * bm; }
+  __device__ int head(const BwdKernelParams& p, int k) const { return head_kv * p.group + (step0 + k) / m_count; }
+  __device__ int m0(int k, int bm) const { return (m_begin + (step0 + k) % m_count) * bm; }
   // Workspace row (of all heads) of the step's first query row.
   __device__ int64_t ws_row(const BwdKernelParams& p, int k, int bm) const {
     return int64_t{head(p, k)} * p.ws_rows + ws_row0 + m0(k, bm);
@@ -118,10 +121,12 @@ struct BwdKeyBlock {
 template <class Traits>
 __device__ __forceinline__ BwdKeyBlock bwd_key_block(const BwdKernelParams& p) {
   BwdKeyBlock b;
+  // The grid's pairs are (pair, part): a pair's parts side by side, each walking its own query heads.
+  b.parts = p.split_parts;
   const BwdGridCell cell = bwd_grid_cell(static_cast<int>(blockIdx.x), p.key_blocks_outer, p.order_pairs,
-                                         p.num_n_blocks, p.heads_kv * p.batch);
+                                         p.num_n_blocks, p.heads_kv * p.batch * b.parts);
   int n_block = cell.n_block;
-  const int pair = cell.pair;
+  const int pair = cell.pair / b.parts, part = cell.pair % b.parts;
   // Deterministic mode under a right-bounded mask: the key blocks add into a query tile's dQ from
   // the last to the first, so the grid runs them in that order (BwdLoads::wait_dq_turn). A mask with
   // only a left edge: the last key blocks are seen by the most query rows, so they start first.
@@ -135,7 +140,10 @@ __device__ __forceinline__ BwdKeyBlock bwd_key_block(const BwdKernelParams& p) {
   b.mask = Mask{b.seq.seqlen_q, b.seq.seqlen_k, p.window_left, p.window_right};
   b.m_begin = b.mask.m_block_begin(b.n0, Traits::kBlockM);
   b.m_count = b.mask.m_block_count(b.n0, Traits::kBlockN, Traits::kBlockM);
-  b.steps = b.m_count * p.group;
+  const int chain = b.m_count * p.group;
+  b.step0 = static_cast<int>(int64_t{chain} * part / b.parts);
+  b.steps = static_cast<int>(int64_t{chain} * (part + 1) / b.parts) - b.step0;
+  b.sums = n_block + p.num_n_blocks * pair;
   b.ws_row0 = sm80::ws_row_start(b.batch, b.seq.q_offset, b.varlen, p.seqlen_q, Traits::kBlockM);
   b.tma_batch = b.varlen ? 0 : b.batch;
   b.q_row0 = static_cast<int>(b.seq.q_offset);
@@ -405,6 +413,50 @@ __device__ __forceinline__ void add_dq_fragment(const BwdKernelParams& p, int64_
     ptx::red_add_v2_f32(dst + 8 * j, dq[4 * j], dq[4 * j + 1]);
     ptx::red_add_v2_f32(dst + 8 * kD + 8 * j, dq[4 * j + 2], dq[4 * j + 3]);
   }
+}
+
+// A part's dK and dV (bwd_kernel's split: kb.parts > 1) added into its key block's fp32 sums,
+// p.tail_dkv[kb.sums] ([2][kBlockN][kD], row-major, zeroed by the preprocess; dK unscaled): this
+// warp's fragment, keys key0 + g (+ 8), kCols columns from col0 in pairs 8j + 2t, as stage_key_side
+// reads it. The part that finishes its key block last (a CTA-uniform answer) reads the sums back into
+// dk and dv, in the same places, and returns true: it stores them; the others return false and are
+// done. Release and acquire as sm80's reduce_split_part (CUDA's threadFenceReduction): every thread's
+// reds, a fence, the barrier, one thread's counter atomic; the last part fences before it reads the
+// sums from L2 (ld.global.cg: this CTA never cached them). Not in deterministic mode (the plan).
+template <class Traits, int kCols>
+__device__ __forceinline__ bool add_key_side_part(const BwdKernelParams& p, const BwdKeyBlock& kb, int key0, int col0,
+                                                  int g, int t, float (&dk)[kCols / 2], float (&dv)[kCols / 2]) {
+  __shared__ int s_last;
+  float* sum_dk = p.tail_dkv + int64_t{kb.sums} * 2 * Traits::kBlockN * Traits::kD;
+  float* sum_dv = sum_dk + Traits::kBlockN * Traits::kD;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+      const int at = (key0 + g + 8 * half) * Traits::kD + col0 + 8 * j + 2 * t, e = 4 * j + 2 * half;
+      ptx::red_add_v2_f32(sum_dk + at, dk[e], dk[e + 1]);
+      ptx::red_add_v2_f32(sum_dv + at, dv[e], dv[e + 1]);
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    s_last = atomicAdd(p.tail_done + kb.sums, 1) == kb.parts - 1;
+    __threadfence();
+  }
+  __syncthreads();
+  if (!s_last) return false;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) {
+      const int at = (key0 + g + 8 * half) * Traits::kD + col0 + 8 * j + 2 * t, e = 4 * j + 2 * half;
+      const float2 k2 = __ldcg(reinterpret_cast<const float2*>(sum_dk + at));
+      const float2 v2 = __ldcg(reinterpret_cast<const float2*>(sum_dv + at));
+      dk[e] = k2.x, dk[e + 1] = k2.y, dv[e] = v2.x, dv[e + 1] = v2.y;
+    }
+  }
+  return true;
 }
 
 // The key side's end, through shared memory (K's and V's tiles: free once every product that reads

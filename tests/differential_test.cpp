@@ -86,6 +86,10 @@ std::vector<Case> gqa_cases() {
   v.push_back(Case::padded(1, 1500, 1700, 8, 1, 64).with(DType::f16).window(300, 0).sample(48, 48));
   v.push_back(Case::padded(1, 1200, 1100, 8, 1, 256).with(DType::bf16).causal_mask().sample(48, 48));
   v.push_back(Case::varlen({1500, 0, 700}, {1400, 30, 700}, 16, 1, 64).with(DType::bf16).causal_mask().sample(48, 48));
+  // The sm90 backward's parts (a part walks at most 4 query heads): 5 heads in 2 parts whose ranges
+  // cut a head's query blocks; hdim 256's kernel in 3 parts under a window.
+  v.push_back(Case::padded(1, 700, 900, 5, 1, 128).with(DType::bf16).causal_mask());
+  v.push_back(Case::padded(2, 300, 260, 12, 1, 256).with(DType::f16).window(60, 20));
   return v;
 }
 

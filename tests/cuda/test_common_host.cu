@@ -460,42 +460,68 @@ TEST(CudaBackwardSplit, LastWaveOfEqualBlocks) {
   EXPECT_EQ(split_for(v, tile, 132).tail, 0);
 }
 
-// Whatever it chooses, the split covers the grid once and stays within its limits.
-// The sm90 backward's plan leaves chain-bound calls to sm80's split (bwd_launch.hpp's bwd_chains), on
-// the H200's 132 SMs: the benchmark's GQA/MQA rows run on sm90, MQA at batch 1 and lone heads do not.
-TEST(CudaSm90BackwardPlan, ChainBoundCallsGoToTheSplit) {
+// The sm90 backward's parts (bwd_launch.hpp's bwd_parts, bwd_chains) on the H200's 132 SMs: a part
+// walks at most 4 query heads (the GQA/MQA rows: 32/8 whole, 32/4 in 2 parts, 32/1 in 8), chain-bound
+// calls (MQA at batch 1, lone heads) split into parts of at most a quarter of an SM's share, and
+// deterministic mode never splits: there chain-bound calls are left to sm80's backward.
+TEST(CudaSm90BackwardPlan, LongAndWideChainsRunAsParts) {
   using flashattn::cuda::sm90::bwd_chains;
   const int hd = 128;  // the kernel whose steps are counted (128 keys, 64 query rows)
-  // GQA rows (causal, hdim 128, 32 query heads): 32/8 and 32/4 at batch 2 x 16k, 32/1 at 2 x 16k (the
-  // longest 8192 steps of 1.06M: 1.02 x an SM's share, inside the margin), 8 x 4k, 16 x 2k.
-  for (auto p : {bwd_shape(2, 16384, 32, 8, true), bwd_shape(2, 16384, 32, 4, true), bwd_shape(2, 16384, 32, 1, true),
-                 bwd_shape(8, 4096, 32, 1, true), bwd_shape(16, 2048, 32, 1, true)}) {
+  // GQA rows (causal, hdim 128, 32 query heads): batch 2 x 16k, 8 x 4k, 16 x 2k.
+  const std::tuple<flashattn::BwdParams, int64_t> rows[] = {
+      {bwd_shape(2, 16384, 32, 8, true), 1},  {bwd_shape(2, 16384, 32, 4, true), 2},
+      {bwd_shape(2, 16384, 32, 1, true), 8},  {bwd_shape(8, 4096, 32, 1, true), 8},
+      {bwd_shape(16, 2048, 32, 1, true), 8}, {bwd_shape(16, 2048, 32, 4, true), 2}};
+  for (const auto& [p, parts] : rows) {
     const auto c = bwd_chains(p, hd, 132);
-    EXPECT_FALSE(c.chain_bound) << p.batch << " x " << p.seqlen_q << ", " << p.heads_q << "/" << p.heads_kv
-                                << ": longest " << c.longest << " of " << c.steps;
+    EXPECT_FALSE(c.chain_bound) << p.batch << " x " << p.seqlen_q << ", " << p.heads_q << "/" << p.heads_kv;
+    EXPECT_EQ(c.parts, parts) << p.batch << " x " << p.seqlen_q << ", " << p.heads_q << "/" << p.heads_kv;
+    EXPECT_EQ(c.ctas, c.cells * c.parts);
+    EXPECT_EQ(c.heads_per_cta(p.heads_q / p.heads_kv), std::min<int64_t>(4, p.heads_q / p.heads_kv));
   }
-  // The grid's cells: no mask, every block alike and many of them; causal, longest first.
+  // The grid's cells: no mask, every block alike and many of them; causal, longest first. Whole.
   for (bool causal : {false, true}) {
     for (int64_t s = 512; s <= 16384; s *= 2) {
-      EXPECT_FALSE(bwd_chains(bwd_shape(16384 / s, s, 16, 16, causal), hd, 132).chain_bound) << s;
+      const auto c = bwd_chains(bwd_shape(16384 / s, s, 16, 16, causal), hd, 132);
+      EXPECT_FALSE(c.chain_bound) << s;
+      EXPECT_EQ(c.parts, 1) << s;
     }
   }
-  // MQA 32/1 at batch 1, causal 8k: the first key block walks 4096 of ~133k steps (30 x an SM's share).
+  // MQA 32/1 at batch 1, causal 8k: the first key block walks 4096 of ~133k steps (30 x an SM's
+  // share); parts of at most ~252 steps (a quarter of a share): 17.
   auto c = bwd_chains(bwd_shape(1, 8192, 32, 1, true), hd, 132);
+  EXPECT_FALSE(c.chain_bound);
+  EXPECT_EQ(c.cells, 64);
+  EXPECT_EQ(c.parts, 17);
+  EXPECT_EQ(c.longest, (4096 + 16) / 17);
+  // Deterministic: whole, so chain-bound and left to sm80's split.
+  auto det = bwd_shape(1, 8192, 32, 1, true);
+  det.deterministic = true;
+  c = bwd_chains(det, hd, 132);
   EXPECT_TRUE(c.chain_bound);
-  EXPECT_EQ(c.ctas, 64);
+  EXPECT_EQ(c.parts, 1);
   EXPECT_EQ(c.longest, 4096);
-  // One head without a mask, 64 blocks of 128 steps on 132 SMs: left to the split (last wave).
-  EXPECT_TRUE(bwd_chains(bwd_shape(1, 8192, 1, 1, false), hd, 132).chain_bound);
-  // Short chains run here whatever the grid (a small problem), and a 1-SM plan (the tests') takes all.
-  EXPECT_FALSE(bwd_chains(bwd_shape(1, 4096, 1, 1, false), hd, 132).chain_bound);  // 64 steps
-  EXPECT_FALSE(bwd_chains(bwd_shape(1, 8192, 32, 1, true), hd, 1).chain_bound);
-  // Empty problems walk nothing: run here (dK = dV = 0), not refused as chain-bound.
+  // One head without a mask, 64 blocks of 128 steps on 132 SMs: parts of 32 steps.
+  c = bwd_chains(bwd_shape(1, 8192, 1, 1, false), hd, 132);
+  EXPECT_FALSE(c.chain_bound);
+  EXPECT_EQ(c.parts, 4);
+  // Short chains run whole whatever the grid (a small problem), and a 1-SM plan (the tests') splits
+  // only for L2 (MQA 32/1: 8 parts of 4 heads).
+  EXPECT_EQ(bwd_chains(bwd_shape(1, 1024, 1, 1, false), hd, 132).parts, 1);  // 16 steps
+  c = bwd_chains(bwd_shape(1, 8192, 32, 1, true), hd, 1);
+  EXPECT_FALSE(c.chain_bound);
+  EXPECT_EQ(c.parts, 8);
+  // A large group: 64 heads in 16 parts of 4 (512 steps a chain at 512 keys), but no part under 16
+  // steps (at 128 keys a chain is 128 steps: 8 parts).
+  EXPECT_EQ(bwd_chains(bwd_shape(32, 512, 64, 1, false), hd, 132).parts, 16);
+  EXPECT_EQ(bwd_chains(bwd_shape(32, 128, 64, 1, false), hd, 132).parts, 8);  // 128 steps: at most 8 parts
+  // Empty problems walk nothing: run here (dK = dV = 0), whole, not refused as chain-bound.
   for (auto p : {bwd_shape(0, 8192, 1, 1, false), bwd_shape(1, 8192, 1, 1, false)}) {
     if (p.batch == 1) p.seqlen_k = 0;
     const auto e = bwd_chains(p, hd, 132);
     EXPECT_FALSE(e.chain_bound) << "longest " << e.longest << " of " << e.steps;
     EXPECT_EQ(e.longest, 0);
+    EXPECT_EQ(e.parts, 1);
   }
 }
 
@@ -511,11 +537,14 @@ TEST(CudaSm90BackwardPlan, StepShapes) {
   EXPECT_EQ(bwd_block_n(128), 128);
   EXPECT_EQ(bwd_block_m(256), 64);
   EXPECT_EQ(bwd_block_n(256), 64);
-  // MQA 32/1 at batch 1, causal 8k: the first key block walks every query block of every head.
-  const auto c64 = bwd_chains(bwd_shape(1, 8192, 32, 1, true), 64, 132);
-  EXPECT_EQ(c64.ctas, 64);
+  // MQA 32/1 at batch 1, causal 8k: the first key block walks every query block of every head
+  // (deterministic: whole key blocks, so the longest part is that chain).
+  auto mqa = bwd_shape(1, 8192, 32, 1, true);
+  mqa.deterministic = true;
+  const auto c64 = bwd_chains(mqa, 64, 132);
+  EXPECT_EQ(c64.cells, 64);
   EXPECT_EQ(c64.longest, 32 * 8192 / 128);
-  const auto c128 = bwd_chains(bwd_shape(1, 8192, 32, 1, true), 128, 132);
+  const auto c128 = bwd_chains(mqa, 128, 132);
   EXPECT_EQ(c128.longest, 32 * 8192 / 64);
 }
 

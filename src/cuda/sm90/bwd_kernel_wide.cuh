@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (tid < 2 * Traits::kBlockM && k + kAhead < kb.steps) ml.store_row_scalar(k + kAhead, next_scalar);
   }
   __syncthreads();  // both warpgroups' last products (which read K and V) are waited for
-  if (kb.parts > 1 && !add_key_side_part<Traits, Traits::kHalf>(p, kb, row0, wg * Traits::kHalf, lane / 4, lane % 4, dk, dv)) return;
+  if (p.split_parts > 1 && !add_key_side_part<Traits, Traits::kHalf>(p, kb, row0, wg * Traits::kHalf, lane / 4, lane % 4, dk, dv)) return;
   stage_key_side<Traits, Traits::kHalf>(sm, row0, wg * Traits::kHalf, lane / 4, lane % 4, dk, dv, p.scale);
   __syncthreads();
   store_key_tiles<Traits>(p, kb, sm, tid);

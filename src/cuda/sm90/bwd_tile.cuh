@@ -94,13 +94,12 @@ struct BwdSmem {
 // The CTA's key block and the steps it walks: query blocks [m_begin, m_begin + m_count) of each of
 // the group's query heads, head-major (the chain); a key block split into parts (p.split_parts > 1,
 // the plan's bwd_chains) walks steps [step0, step0 + steps) of it, part `part` of the consecutive
-// ranges, and adds its dK and dV into the key block's fp32 sums (sums: its index in p.tail_dkv).
+// ranges, and adds its dK and dV into the key block's fp32 sums (add_key_side_part).
 struct BwdKeyBlock {
   int batch, head_kv, n0;
   SeqLens seq;
   Mask mask;
   int m_begin, m_count, step0, steps;
-  int parts, sums;
   int64_t ws_row0;     // the sequence's first workspace row (bwd_params.cuh)
   bool varlen;
   int tma_batch;       // TMA coordinates: varlen rows are packed rows of the one "batch" 0
@@ -122,11 +121,11 @@ template <class Traits>
 __device__ __forceinline__ BwdKeyBlock bwd_key_block(const BwdKernelParams& p) {
   BwdKeyBlock b;
   // The grid's pairs are (pair, part): a pair's parts side by side, each walking its own query heads.
-  b.parts = p.split_parts;
+  const int parts = p.split_parts;
   const BwdGridCell cell = bwd_grid_cell(static_cast<int>(blockIdx.x), p.key_blocks_outer, p.order_pairs,
-                                         p.num_n_blocks, p.heads_kv * p.batch * b.parts);
+                                         p.num_n_blocks, p.heads_kv * p.batch * parts);
   int n_block = cell.n_block;
-  const int pair = cell.pair / b.parts, part = cell.pair % b.parts;
+  const int pair = cell.pair / parts, part = cell.pair % parts;
   // Deterministic mode under a right-bounded mask: the key blocks add into a query tile's dQ from
   // the last to the first, so the grid runs them in that order (BwdLoads::wait_dq_turn). A mask with
   // only a left edge: the last key blocks are seen by the most query rows, so they start first.
@@ -141,9 +140,8 @@ __device__ __forceinline__ BwdKeyBlock bwd_key_block(const BwdKernelParams& p) {
   b.m_begin = b.mask.m_block_begin(b.n0, Traits::kBlockM);
   b.m_count = b.mask.m_block_count(b.n0, Traits::kBlockN, Traits::kBlockM);
   const int chain = b.m_count * p.group;
-  b.step0 = static_cast<int>(int64_t{chain} * part / b.parts);
-  b.steps = static_cast<int>(int64_t{chain} * (part + 1) / b.parts) - b.step0;
-  b.sums = n_block + p.num_n_blocks * pair;
+  b.step0 = static_cast<int>(int64_t{chain} * part / parts);
+  b.steps = static_cast<int>(int64_t{chain} * (part + 1) / parts) - b.step0;
   b.ws_row0 = sm80::ws_row_start(b.batch, b.seq.q_offset, b.varlen, p.seqlen_q, Traits::kBlockM);
   b.tma_batch = b.varlen ? 0 : b.batch;
   b.q_row0 = static_cast<int>(b.seq.q_offset);
@@ -415,8 +413,9 @@ __device__ __forceinline__ void add_dq_fragment(const BwdKernelParams& p, int64_
   }
 }
 
-// A part's dK and dV (bwd_kernel's split: kb.parts > 1) added into its key block's fp32 sums,
-// p.tail_dkv[kb.sums] ([2][kBlockN][kD], row-major, zeroed by the preprocess; dK unscaled): this
+// A part's dK and dV (the plan's split: p.split_parts > 1) added into its key block's fp32 sums,
+// p.tail_dkv[cell] ([2][kBlockN][kD], row-major, zeroed by the preprocess; dK unscaled; cell: the key
+// block + num_n_blocks · (kv head + heads_kv · sequence)): this
 // warp's fragment, keys key0 + g (+ 8), kCols columns from col0 in pairs 8j + 2t, as stage_key_side
 // reads it. The part that finishes its key block last (a CTA-uniform answer) reads the sums back into
 // dk and dv, in the same places, and returns true: it stores them; the others return false and are
@@ -427,7 +426,8 @@ template <class Traits, int kCols>
 __device__ __forceinline__ bool add_key_side_part(const BwdKernelParams& p, const BwdKeyBlock& kb, int key0, int col0,
                                                   int g, int t, float (&dk)[kCols / 2], float (&dv)[kCols / 2]) {
   __shared__ int s_last;
-  float* sum_dk = p.tail_dkv + int64_t{kb.sums} * 2 * Traits::kBlockN * Traits::kD;
+  const int cell = kb.n0 / Traits::kBlockN + p.num_n_blocks * (kb.head_kv + p.heads_kv * kb.batch);
+  float* sum_dk = p.tail_dkv + int64_t{cell} * 2 * Traits::kBlockN * Traits::kD;
   float* sum_dv = sum_dk + Traits::kBlockN * Traits::kD;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -441,7 +441,7 @@ __device__ __forceinline__ bool add_key_side_part(const BwdKernelParams& p, cons
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    s_last = atomicAdd(p.tail_done + kb.sums, 1) == kb.parts - 1;
+    s_last = atomicAdd(p.tail_done + cell, 1) == p.split_parts - 1;
     __threadfence();
   }
   __syncthreads();

@@ -86,9 +86,13 @@ std::vector<Case> gqa_cases() {
   v.push_back(Case::padded(1, 1500, 1700, 8, 1, 64).with(DType::f16).window(300, 0).sample(48, 48));
   v.push_back(Case::padded(1, 1200, 1100, 8, 1, 256).with(DType::bf16).causal_mask().sample(48, 48));
   v.push_back(Case::varlen({1500, 0, 700}, {1400, 30, 700}, 16, 1, 64).with(DType::bf16).causal_mask().sample(48, 48));
-  // The sm90 backward's parts (a part walks at most 4 query heads): 5 heads in 2 parts whose ranges
-  // cut a head's query blocks; hdim 256's kernel in 3 parts under a window.
-  v.push_back(Case::padded(1, 700, 900, 5, 1, 128).with(DType::bf16).causal_mask());
+  // The sm90 backward's key blocks in parts (bwd_launch.hpp's bwd_parts), on any GPU and SM count:
+  // parts of unequal heads (5 heads causal in 4 parts on a whole GPU; 8 and 6 heads over one key
+  // block in 4 parts from 2 SMs on, hdim 128 and 256's kernels), and on the H100's memory 12 heads in
+  // 2 parts under a window.
+  v.push_back(Case::padded(1, 1500, 1500, 5, 1, 128).with(DType::bf16).causal_mask().sample(48, 48));
+  v.push_back(Case::padded(1, 1000, 100, 8, 1, 128).with(DType::f16));
+  v.push_back(Case::padded(1, 1200, 60, 6, 1, 256).with(DType::bf16));
   v.push_back(Case::padded(2, 300, 260, 12, 1, 256).with(DType::f16).window(60, 20));
   return v;
 }

@@ -460,65 +460,81 @@ TEST(CudaBackwardSplit, LastWaveOfEqualBlocks) {
   EXPECT_EQ(split_for(v, tile, 132).tail, 0);
 }
 
-// The sm90 backward's parts (bwd_launch.hpp's bwd_parts, bwd_chains) on the H200's 132 SMs: a part
-// walks at most 4 query heads (the GQA/MQA rows: 32/8 whole, 32/4 in 2 parts, 32/1 in 8), chain-bound
-// calls (MQA at batch 1, lone heads) split into parts of at most a quarter of an SM's share, and
-// deterministic mode never splits: there chain-bound calls are left to sm80's backward.
+// The sm90 backward's parts (bwd_launch.hpp's bwd_parts, bwd_chains) on 132 SMs. On the H100's
+// memory a part walks at most 4 query heads of a group over 8 (the GQA/MQA rows: 32/8 and 32/4 whole,
+// 32/1 in 8 parts), on the H200's groups stay whole; on both, chain-bound calls (MQA at batch 1) split
+// into parts of about a quarter of an SM's share, in whole heads. D = 64, deterministic mode and lone
+// heads never split: there chain-bound calls are left to sm80's backward.
 TEST(CudaSm90BackwardPlan, LongAndWideChainsRunAsParts) {
   using flashattn::cuda::sm90::bwd_chains;
+  constexpr double kH100 = 3.35e12, kH200 = 4.8e12;
   const int hd = 128;  // the kernel whose steps are counted (128 keys, 64 query rows)
   // GQA rows (causal, hdim 128, 32 query heads): batch 2 x 16k, 8 x 4k, 16 x 2k.
   const std::tuple<flashattn::BwdParams, int64_t> rows[] = {
-      {bwd_shape(2, 16384, 32, 8, true), 1},  {bwd_shape(2, 16384, 32, 4, true), 2},
+      {bwd_shape(2, 16384, 32, 8, true), 1},  {bwd_shape(2, 16384, 32, 4, true), 1},
       {bwd_shape(2, 16384, 32, 1, true), 8},  {bwd_shape(8, 4096, 32, 1, true), 8},
-      {bwd_shape(16, 2048, 32, 1, true), 8}, {bwd_shape(16, 2048, 32, 4, true), 2}};
+      {bwd_shape(16, 2048, 32, 1, true), 8}, {bwd_shape(16, 2048, 32, 4, true), 1}};
   for (const auto& [p, parts] : rows) {
-    const auto c = bwd_chains(p, hd, 132);
-    EXPECT_FALSE(c.chain_bound) << p.batch << " x " << p.seqlen_q << ", " << p.heads_q << "/" << p.heads_kv;
-    EXPECT_EQ(c.parts, parts) << p.batch << " x " << p.seqlen_q << ", " << p.heads_q << "/" << p.heads_kv;
-    EXPECT_EQ(c.ctas, c.cells * c.parts);
-    EXPECT_EQ(c.heads_per_cta(p.heads_q / p.heads_kv), std::min<int64_t>(4, p.heads_q / p.heads_kv));
+    for (double bw : {kH100, 0.0, kH200}) {
+      const auto c = bwd_chains(p, hd, 132, bw);
+      const int64_t want = bw == kH200 ? 1 : parts;
+      EXPECT_FALSE(c.chain_bound) << p.batch << " x " << p.seqlen_q << ", " << p.heads_q << "/" << p.heads_kv;
+      EXPECT_EQ(c.parts, want) << p.batch << " x " << p.seqlen_q << ", " << p.heads_q << "/" << p.heads_kv << ", " << bw;
+      EXPECT_EQ(c.ctas, c.cells * c.parts);
+      EXPECT_EQ(c.heads_per_cta(p.heads_q / p.heads_kv), p.heads_q / p.heads_kv / want);
+    }
   }
   // The grid's cells: no mask, every block alike and many of them; causal, longest first. Whole.
   for (bool causal : {false, true}) {
     for (int64_t s = 512; s <= 16384; s *= 2) {
-      const auto c = bwd_chains(bwd_shape(16384 / s, s, 16, 16, causal), hd, 132);
+      const auto c = bwd_chains(bwd_shape(16384 / s, s, 16, 16, causal), hd, 132, kH100);
       EXPECT_FALSE(c.chain_bound) << s;
       EXPECT_EQ(c.parts, 1) << s;
     }
   }
-  // MQA 32/1 at batch 1, causal 8k: the first key block walks 4096 of ~133k steps (30 x an SM's
-  // share); parts of at most ~252 steps (a quarter of a share): 17.
-  auto c = bwd_chains(bwd_shape(1, 8192, 32, 1, true), hd, 132);
-  EXPECT_FALSE(c.chain_bound);
-  EXPECT_EQ(c.cells, 64);
-  EXPECT_EQ(c.parts, 17);
-  EXPECT_EQ(c.longest, (4096 + 16) / 17);
-  // Deterministic: whole, so chain-bound and left to sm80's split.
+  // MQA 32/1 at batch 1, causal 8k: the first key block walks 4096 of 133,120 steps (30 x an SM's
+  // share); parts of about a quarter of a share (252 steps): 17 of 1 or 2 heads (2 x 128 steps).
+  for (double bw : {kH100, kH200}) {
+    const auto c = bwd_chains(bwd_shape(1, 8192, 32, 1, true), hd, 132, bw);
+    EXPECT_FALSE(c.chain_bound);
+    EXPECT_EQ(c.cells, 64);
+    EXPECT_EQ(c.parts, 17);
+    EXPECT_EQ(c.ctas, 64 * 17);
+    EXPECT_EQ(c.longest, 2 * 128);
+  }
+  // Whole where nothing splits: deterministic mode, D = 64, a lone head (one head without a mask,
+  // 64 blocks of 128 steps on 132 SMs); chain-bound, so left to sm80's split.
   auto det = bwd_shape(1, 8192, 32, 1, true);
   det.deterministic = true;
-  c = bwd_chains(det, hd, 132);
+  auto c = bwd_chains(det, hd, 132, kH100);
   EXPECT_TRUE(c.chain_bound);
   EXPECT_EQ(c.parts, 1);
   EXPECT_EQ(c.longest, 4096);
-  // One head without a mask, 64 blocks of 128 steps on 132 SMs: parts of 32 steps.
-  c = bwd_chains(bwd_shape(1, 8192, 1, 1, false), hd, 132);
-  EXPECT_FALSE(c.chain_bound);
-  EXPECT_EQ(c.parts, 4);
+  c = bwd_chains(bwd_shape(1, 8192, 32, 1, true), 64, 132, kH100);
+  EXPECT_TRUE(c.chain_bound);
+  EXPECT_EQ(c.parts, 1);
+  c = bwd_chains(bwd_shape(1, 8192, 1, 1, false), hd, 132, kH100);
+  EXPECT_TRUE(c.chain_bound);
+  EXPECT_EQ(c.parts, 1);
   // Short chains run whole whatever the grid (a small problem), and a 1-SM plan (the tests') splits
-  // only for L2 (MQA 32/1: 8 parts of 4 heads).
-  EXPECT_EQ(bwd_chains(bwd_shape(1, 1024, 1, 1, false), hd, 132).parts, 1);  // 16 steps
-  c = bwd_chains(bwd_shape(1, 8192, 32, 1, true), hd, 1);
-  EXPECT_FALSE(c.chain_bound);
-  EXPECT_EQ(c.parts, 8);
-  // A large group: 64 heads in 16 parts of 4 (512 steps a chain at 512 keys), but no part under 16
-  // steps (at 128 keys a chain is 128 steps: 8 parts).
-  EXPECT_EQ(bwd_chains(bwd_shape(32, 512, 64, 1, false), hd, 132).parts, 16);
-  EXPECT_EQ(bwd_chains(bwd_shape(32, 128, 64, 1, false), hd, 132).parts, 8);  // 128 steps: at most 8 parts
+  // only for L2 (MQA 32/1 on the H100's memory: 8 parts of 4 heads).
+  EXPECT_EQ(bwd_chains(bwd_shape(1, 1024, 1, 1, false), hd, 132, kH100).parts, 1);  // 16 steps
+  EXPECT_EQ(bwd_chains(bwd_shape(1, 8192, 32, 1, true), hd, 1, kH100).parts, 8);
+  EXPECT_EQ(bwd_chains(bwd_shape(1, 8192, 32, 1, true), hd, 1, kH200).parts, 1);
+  // A large group: 64 heads in 16 parts of 4 at 512 keys (8 steps a head), but no part under 16
+  // steps: at 128 keys (2 steps a head) 8 parts of 8 heads.
+  EXPECT_EQ(bwd_chains(bwd_shape(32, 512, 64, 1, false), hd, 132, kH100).parts, 16);
+  EXPECT_EQ(bwd_chains(bwd_shape(32, 128, 64, 1, false), hd, 132, kH100).parts, 8);
+  // Parts of unequal heads (the diff test's cases): 5 heads, causal 1500, in 4 parts (2, 1, 1, 1) on
+  // 132 SMs; 8 heads over one key block in 4 parts of 2 even on 2 SMs.
+  EXPECT_EQ(bwd_chains(bwd_shape(1, 1500, 5, 1, true), hd, 132, kH200).parts, 4);
+  auto one_block = bwd_shape(1, 1000, 8, 1, false);
+  one_block.seqlen_k = 100;
+  EXPECT_EQ(bwd_chains(one_block, hd, 2, kH200).parts, 4);
   // Empty problems walk nothing: run here (dK = dV = 0), whole, not refused as chain-bound.
   for (auto p : {bwd_shape(0, 8192, 1, 1, false), bwd_shape(1, 8192, 1, 1, false)}) {
     if (p.batch == 1) p.seqlen_k = 0;
-    const auto e = bwd_chains(p, hd, 132);
+    const auto e = bwd_chains(p, hd, 132, kH100);
     EXPECT_FALSE(e.chain_bound) << "longest " << e.longest << " of " << e.steps;
     EXPECT_EQ(e.longest, 0);
     EXPECT_EQ(e.parts, 1);
@@ -541,10 +557,10 @@ TEST(CudaSm90BackwardPlan, StepShapes) {
   // (deterministic: whole key blocks, so the longest part is that chain).
   auto mqa = bwd_shape(1, 8192, 32, 1, true);
   mqa.deterministic = true;
-  const auto c64 = bwd_chains(mqa, 64, 132);
+  const auto c64 = bwd_chains(mqa, 64, 132, 0.0);
   EXPECT_EQ(c64.cells, 64);
   EXPECT_EQ(c64.longest, 32 * 8192 / 128);
-  const auto c128 = bwd_chains(mqa, 128, 132);
+  const auto c128 = bwd_chains(mqa, 128, 132, 0.0);
   EXPECT_EQ(c128.longest, 32 * 8192 / 64);
 }
 
@@ -629,6 +645,26 @@ TEST(CudaSm90BackwardPlan, GridOrderCoversTheGridOnce) {
   EXPECT_EQ(order_pairs(1, 8192, 8, 8, 256, kH100), 8);
   EXPECT_EQ(order_pairs(16, 2048, 32, 1, 128, kH100), 16);
   EXPECT_EQ(order_pairs(8, 2048, 8, 8, 256, kH200), 64);
+}
+
+// A key block's parts (bwd_part_heads, with the plan's part_heads = group / parts and extra = group %
+// parts) walk every query head of the group once, in order, the longest ceil(group / parts) heads.
+TEST(CudaSm90BackwardPlan, PartsCoverTheGroupOnce) {
+  using flashattn::cuda::sm90::bwd_part_heads;
+  for (int group = 1; group <= 70; ++group) {
+    for (int parts = 1; parts <= group; ++parts) {
+      int next = 0, longest = 0;
+      for (int j = 0; j < parts; ++j) {
+        const auto h = bwd_part_heads(j, group / parts, group % parts);
+        ASSERT_EQ(h.first, next) << group << " heads, part " << j << " of " << parts;
+        ASSERT_GE(h.count, 1);
+        next += h.count;
+        longest = std::max(longest, h.count);
+      }
+      ASSERT_EQ(next, group) << parts << " parts";
+      ASSERT_EQ(longest, (group + parts - 1) / parts);
+    }
+  }
 }
 
 // The maps the sm90 backward encodes: none over an empty tensor (TMA takes no zero-sized dimension

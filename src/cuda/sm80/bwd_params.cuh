@@ -87,6 +87,9 @@ struct BwdKernelParams {
   int32_t* tail_done = nullptr;
   int64_t tail_zero_vec4 = 0;  // 16-byte words from tail_dkv through tail_done: the preprocess zeroes them
   bool dq_row_major = false;   // dq_accum tiles in plain row order (the sm90 backward's) instead of DqLayout
+  // The sm90 backward's key blocks in parts (split_parts of them, blockIdx.y; the sums in tail_dkv):
+  // every part walks part_heads query heads of the group, the first part_heads_extra one more.
+  int part_heads = 0, part_heads_extra = 0;
 };
 
 // First workspace row of sequence b (see the top of this file). q_offset = cu_seqlens_q[b] (varlen).

@@ -29,4 +29,14 @@ FLASHATTN_HD BwdGridCell bwd_grid_cell(int bid, bool key_blocks_outer, int order
   return {n_block, first_pair + (r - n_block * in_group)};
 }
 
+// A key block in parts (the kParts kernels; blockIdx.y = part): part j walks `count` query heads of
+// the group from its `first`, part_heads each and one more for the first `extra` parts (the plan sets
+// part_heads = group / parts, extra = group % parts, so the parts cover the group once).
+struct BwdPartHeads {
+  int first, count;
+};
+FLASHATTN_HD BwdPartHeads bwd_part_heads(int part, int part_heads, int extra) {
+  return {part * part_heads + (part < extra ? part : extra), part_heads + (part < extra ? 1 : 0)};
+}
+
 }  // namespace flashattn::cuda::sm90

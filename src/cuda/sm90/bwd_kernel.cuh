@@ -153,7 +153,7 @@ struct BwdMainloop : BwdLoads<Traits> {
   }
 };
 
-template <class Traits>
+template <class Traits, bool kParts>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     bwd_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   __shared__ uint64_t bars[1 + Traits::kStages];
   const BwdSmem<Traits> sm = BwdSmem<Traits>::over(smem_raw, bars);
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32;
-  const BwdKeyBlock kb = bwd_key_block<Traits>(p);
+  const BwdKeyBlock kb = bwd_key_block<Traits, kParts>(p);
   if (!kb.has_keys()) return;  // varlen: past this sequence's keys (the grid covers the longest)
   const int wg = tid / kWarpgroupThreads;
   const int row0 = wg * kWarpgroupRows + (tid % kWarpgroupThreads / 32) * 16;
@@ -222,10 +222,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     if (tid < 2 * Traits::kBlockM && k + kAhead < kb.steps) ml.store_row_scalar(k + kAhead, next_scalar);
   }
   __syncthreads();  // both warpgroups' last products (which read K and V) are waited for
-  if (p.split_parts > 1 && !add_key_side_part<Traits, Traits::kD>(p, kb, row0, 0, lane / 4, lane % 4, dk, dv)) return;
+  const BwdKeyBlock end = key_block_after_walk<kParts>(kb, p);
+  if constexpr (kParts) {  // the last of the key block's parts stores the sums
+    if (!add_key_side_part<Traits, Traits::kD>(p, row0, 0, lane / 4, lane % 4, dk, dv)) return;
+  }
   stage_key_side<Traits, Traits::kD>(sm, row0, 0, lane / 4, lane % 4, dk, dv, p.scale);
   __syncthreads();
-  store_key_tiles<Traits>(p, kb, sm, tid);
+  store_key_tiles<Traits>(p, end, sm, tid);
 #else
   FLASHATTN_PTX_UNSUPPORTED("the sm90 backward kernel needs sm_90a");
 #endif

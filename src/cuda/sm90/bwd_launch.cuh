@@ -19,16 +19,18 @@
 namespace flashattn::cuda::sm90 {
 
 // The kernel of head dim D: the key side split by keys (bwd_kernel.cuh) up to D = 128, by columns
-// above (bwd_kernel_wide.cuh).
+// above (bwd_kernel_wide.cuh); kParts: the instance whose key blocks run in parts (p.split_parts > 1).
 template <class Tag, int kHeadDim>
 struct BwdKernelOf {
   static constexpr bool kWide = kHeadDim > 128;
   using Traits = std::conditional_t<kWide, BwdWideTraits<Tag, kHeadDim>, BwdTraits<Tag, kHeadDim>>;
+  template <bool kParts>
   static constexpr auto kernel() {
+    static_assert(!kParts || bwd_has_parts(kHeadDim));
     if constexpr (kWide) {
-      return &bwd_kernel_wide<Traits>;
+      return &bwd_kernel_wide<Traits, kParts>;
     } else {
-      return &bwd_kernel<Traits>;
+      return &bwd_kernel<Traits, kParts>;
     }
   }
   static_assert(Traits::kBlockN == bwd_block_n(kHeadDim) && Traits::kBlockM == bwd_block_m(kHeadDim));
@@ -38,7 +40,7 @@ template <class Tag, int kHeadDim>
 Status bwd_run(const BwdParams& p, const sm80::BwdKernelParams& k) {
   using Of = BwdKernelOf<Tag, kHeadDim>;
   using Traits = typename Of::Traits;
-  const int64_t ctas = int64_t{k.num_n_blocks} * k.heads_kv * k.batch * k.split_parts;  // every cell's parts
+  const int64_t ctas = int64_t{k.num_n_blocks} * k.heads_kv * k.batch;  // key blocks; in parts: blockIdx.y
   if (ctas == 0) return Status::success();
   const BwdMapSpecs specs = bwd_map_specs(p, Traits::kBlockM, Traits::kBlockN);
   CUtensorMap tm_q{}, tm_k{}, tm_v{}, tm_do{};
@@ -50,10 +52,17 @@ Status bwd_run(const BwdParams& p, const sm80::BwdKernelParams& k) {
     FLASHATTN_TRY(make_tile_map(&tm_k, p.dtype, specs.k, kBwdWho));
     FLASHATTN_TRY(make_tile_map(&tm_v, p.dtype, specs.v, kBwdWho));
   }
-  auto* kernel = Of::kernel();
-  static DeviceFlags opted_in;
-  FLASHATTN_TRY(opt_in_dynamic_smem(kBwdWho, kernel, Traits::kSmemBytes, opted_in));
-  kernel<<<dim3(static_cast<unsigned>(ctas)), dim3(Traits::kThreads), Traits::kSmemBytes,
+  const bool parts = k.split_parts > 1;
+  if (parts && !bwd_has_parts(kHeadDim)) {
+    return Status{StatusCode::internal, std::string(kBwdWho) + ": key blocks in parts planned for a kernel without them"};
+  }
+  auto* kernel = Of::template kernel<false>();
+  if constexpr (bwd_has_parts(kHeadDim)) {
+    if (parts) kernel = Of::template kernel<true>();
+  }
+  static DeviceFlags opted_in[2];
+  FLASHATTN_TRY(opt_in_dynamic_smem(kBwdWho, kernel, Traits::kSmemBytes, opted_in[parts]));
+  kernel<<<dim3(static_cast<unsigned>(ctas), static_cast<unsigned>(k.split_parts)), dim3(Traits::kThreads), Traits::kSmemBytes,
            static_cast<cudaStream_t>(p.stream)>>>(tm_q, tm_k, tm_v, tm_do, k);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return cuda_status(kBwdWho, e, "kernel launch");
@@ -63,8 +72,12 @@ Status bwd_run(const BwdParams& p, const sm80::BwdKernelParams& k) {
 template <class Tag, int kHeadDim>
 Status bwd_device_check() {
   using Of = BwdKernelOf<Tag, kHeadDim>;
-  static DeviceFlags checked;
-  return check_kernel_fits(kBwdWho, Of::kernel(), Of::Traits::kSmemBytes, kHeadDim, checked);
+  static DeviceFlags checked[2];
+  FLASHATTN_TRY(check_kernel_fits(kBwdWho, Of::template kernel<false>(), Of::Traits::kSmemBytes, kHeadDim, checked[0]));
+  if constexpr (bwd_has_parts(kHeadDim)) {
+    return check_kernel_fits(kBwdWho, Of::template kernel<true>(), Of::Traits::kSmemBytes, kHeadDim, checked[1]);
+  }
+  return Status::success();
 }
 
 }  // namespace flashattn::cuda::sm90

@@ -21,8 +21,10 @@ inline constexpr const char* kBwdWho = "cuda sm90 backward";
 constexpr int bwd_block_m(int head_dim) { return head_dim == 64 ? 128 : 64; }
 constexpr int bwd_block_n(int head_dim) { return head_dim > 128 ? 64 : 128; }
 
-// Whether the backward has a kernel of head dim D (hdim_qk = hdim_v = D).
+// Whether the backward has a kernel of head dim D (hdim_qk = hdim_v = D), and one whose key blocks run
+// in parts (bwd_parts; D = 64's walk needs 252 registers, and its kernel in parts spilled two: nvcc 13.0).
 constexpr bool has_sm90_bwd(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
+constexpr bool bwd_has_parts(int head_dim) { return head_dim == 128 || head_dim == 256; }
 
 // Where "auto" gives the backward to this family (Plan::in_auto; elsewhere sm80's runs unless a call
 // names sm90): the head dims measured faster than sm80's backward in one process, each from the key
@@ -83,36 +85,45 @@ constexpr int bwd_order_pairs(const BackwardCall& c, int pairs, int num_sms) {
 }
 
 // The chains of a call's key blocks (steps: query blocks × the group's query heads) and the parts
-// they run as. A key block runs as `parts` CTAs over consecutive ranges of its chain (bwd_tile.cuh's
-// bwd_key_block), which add their dK and dV into fp32 sums in the workspace; the last to finish
-// stores them (add_key_side_part). Two reasons to split, bwd_parts:
-// - L2: a CTA walks its query heads' Q, dO and dQ, and the CTAs running at once walk those of every
-//   head they own, so a large group (MQA 32/1: each CTA all 32 heads) spreads the reads and the dQ
-//   additions over far more than L2 holds; a part walks at most kBwdHeadsPerPart query heads (GQA
-//   32/8's four, measured faster than sm80's on both GPUs). Parts of fewer than kBwdMinPartSteps
-//   steps are not made for it.
-// - Balance: where the longest chain walks more than an SM's share of all the steps (few kv heads and
-//   sequences: MQA/GQA at batch 1, a causal mask's first key blocks), the GPU would idle behind it;
-//   there the parts are at most a quarter of a share long (at least kBwdMinPartSteps: sm80's rule,
-//   sm80/bwd_plan.cu's split_long_blocks), up to kBwdMaxParts.
-// Deterministic mode never splits (the sums' order would vary); a call whose longest part still walks
-// over kBwdChainMargin times an SM's share of the steps (chain_bound: deterministic MQA at batch 1)
-// is left to the sm80 backward. Short chains (at most kBwdShortChain steps: small problems) run here
-// whatever the grid. Varlen calls are counted at their longest lengths.
+// they run as. A key block in parts runs as `parts` CTAs (the kernels' kParts instances), each over a
+// range of the group's query heads (bwd_tile.cuh's bwd_key_block), which add their dK and dV into
+// fp32 sums in the workspace; the last to finish stores them (add_key_side_part). Two reasons to
+// split, bwd_parts:
+// - L2, on memory slower than kFastMemory (the H100): a CTA walks its query heads' Q, dO and dQ, and
+//   the CTAs running at once walk those of every head they own, so a large group (MQA 32/1: each CTA
+//   all 32 heads) spreads the reads and the dQ additions over far more than L2 holds (the H100 ran
+//   MQA at 0.79-0.91 × sm80's backward, the H200 at 1.05-1.14 ×: docs/kernels-sm90-backward.md).
+//   Groups of more than kSlowMaxGroup query heads (those "auto" leaves to sm80 there) go in parts of
+//   at most kBwdHeadsPerPart heads (GQA 32/8's four, measured faster than sm80's on both GPUs).
+// - Balance: where the longest chain walks more than kBwdChainMargin times an SM's share of all the
+//   steps (few kv heads and sequences: MQA/GQA at batch 1, a causal mask's first key blocks), the GPU
+//   would idle behind it; there the parts are at most about a quarter of a share long (sm80's rule,
+//   sm80/bwd_plan.cu's split_long_blocks), as far as the group's heads go. Up to the margin whole
+//   key blocks run (the grid starts the longest first: bwd_tile.cuh's bwd_key_block).
+// A part walks at least kBwdMinPartSteps steps; at most kBwdMaxParts parts; D = 64 has no kernel in
+// parts (bwd_has_parts). Deterministic mode never splits (the sums' order
+// would vary). A call whose longest part still walks over kBwdChainMargin times an SM's share of the
+// steps (chain_bound: lone heads at batch 1, deterministic MQA at batch 1) is left to the sm80
+// backward, which splits within a head. Short chains (at most kBwdShortChain steps: small problems)
+// run whatever the grid. Varlen calls are counted at their longest lengths. Not yet run on a GPU:
+// "auto" takes no call in parts (the plan's in_auto) until they are measured.
 inline constexpr int64_t kBwdShortChain = 64;
 inline constexpr double kBwdChainMargin = 1.25;
 inline constexpr int64_t kBwdHeadsPerPart = 4;
 inline constexpr int64_t kBwdMinPartSteps = 16;
-inline constexpr int64_t kBwdMaxParts = 64;
-constexpr int64_t bwd_parts(bool deterministic, int64_t group, int64_t longest, int64_t steps, int num_sms) {
-  if (deterministic || longest <= kBwdMinPartSteps) return 1;
-  int64_t parts = (group + kBwdHeadsPerPart - 1) / kBwdHeadsPerPart;
-  parts = std::min(parts, longest / kBwdMinPartSteps);
-  if (longest > kBwdShortChain && longest * num_sms > steps) {
+inline constexpr int64_t kBwdMaxParts = 256;  // blockIdx.y (at most 65535); more would gain nothing
+constexpr int64_t bwd_parts(int head_dim, bool deterministic, bool slow_memory, int64_t group, int64_t longest,
+                            int64_t steps, int num_sms) {
+  if (!bwd_has_parts(head_dim) || deterministic || group <= 1 || longest < 2 * kBwdMinPartSteps) return 1;
+  int64_t parts = slow_memory && group > kSlowMaxGroup ? (group + kBwdHeadsPerPart - 1) / kBwdHeadsPerPart : 1;
+  if (longest > kBwdShortChain && static_cast<double>(longest) * num_sms > kBwdChainMargin * static_cast<double>(steps)) {
     const int64_t piece = std::max(steps / (4 * int64_t{num_sms}), 2 * kBwdMinPartSteps);
     parts = std::max(parts, (longest + piece - 1) / piece);
   }
-  return std::clamp<int64_t>(parts, 1, kBwdMaxParts);
+  // Every part holds at least floor(group / parts) heads of the longest chain's per_head steps each.
+  const int64_t per_head = longest / group;
+  const int64_t min_heads = (kBwdMinPartSteps + per_head - 1) / per_head;
+  return std::clamp<int64_t>(parts, 1, std::max<int64_t>(1, std::min(kBwdMaxParts, group / min_heads)));
 }
 struct BwdChains {
   int64_t cells = 0;    // key blocks × kv heads × sequences
@@ -122,9 +133,12 @@ struct BwdChains {
   int64_t steps = 0;    // of every chain together
   bool chain_bound = false;
   // Query heads a CTA walks at most: the group, or a part's share of it.
-  int64_t heads_per_cta(int64_t group) const { return std::max<int64_t>(1, (group + parts - 1) / parts); }
+  int64_t heads_per_cta(int64_t group) const { return (group + parts - 1) / parts; }
 };
-BwdChains bwd_chains(const BwdParams& p, int head_dim, int num_sms);  // the kernel of head_dim's steps
+// For the kernel of head_dim's steps on num_sms SMs whose memory moves memory_bandwidth bytes/s (0:
+// unknown, taken as slow).
+BwdChains bwd_chains(const BwdParams& p, int head_dim, int num_sms, double memory_bandwidth);
+
 
 // Builds the tensor maps of Q, K, V and dO and launches the main kernel on params.stream (never
 // synchronizes). `k` holds the workspace the preprocess has filled.

@@ -92,14 +92,14 @@ struct BwdSmem {
 };
 
 // The CTA's key block and the steps it walks: query blocks [m_begin, m_begin + m_count) of each of
-// the group's query heads, head-major (the chain); a key block split into parts (p.split_parts > 1,
-// the plan's bwd_chains) walks steps [step0, step0 + steps) of it, part `part` of the consecutive
-// ranges, and adds its dK and dV into the key block's fp32 sums (add_key_side_part).
+// the group's query heads, head-major; a key block in parts (the kernels' kParts instances, the plan's
+// bwd_parts) walks those of its part's query heads only, from query head head0 on, and adds its dK
+// and dV into the key block's fp32 sums (add_key_side_part).
 struct BwdKeyBlock {
   int batch, head_kv, n0;
   SeqLens seq;
   Mask mask;
-  int m_begin, m_count, step0, steps;
+  int m_begin, m_count, head0, steps;  // head0: the first query head walked
   int64_t ws_row0;     // the sequence's first workspace row (bwd_params.cuh)
   bool varlen;
   int tma_batch;       // TMA coordinates: varlen rows are packed rows of the one "batch" 0
@@ -108,24 +108,26 @@ struct BwdKeyBlock {
   // Whether the CTA's keys exist: past a varlen sequence's end there is nothing to compute or write.
   __device__ bool has_keys() const { return n0 < seq.seqlen_k; }
 
-  __device__ int head(const BwdKernelParams& p, int k) const { return head_kv * p.group + (step0 + k) / m_count; }
-  __device__ int m0(int k, int bm) const { return (m_begin + (step0 + k) % m_count) * bm; }
+  __device__ int head(int k) const { return head0 + k / m_count; }
+  __device__ int m0(int k, int bm) const { return (m_begin + k % m_count) * bm; }
   // Workspace row (of all heads) of the step's first query row.
   __device__ int64_t ws_row(const BwdKernelParams& p, int k, int bm) const {
-    return int64_t{head(p, k)} * p.ws_rows + ws_row0 + m0(k, bm);
+    return int64_t{head(k)} * p.ws_rows + ws_row0 + m0(k, bm);
   }
 };
 
-// The CTA's key block and (kv head, sequence) in the grid's order (bwd_grid_order.cuh).
-template <class Traits>
+// The CTA's key block and (kv head, sequence) in the grid's order (bwd_grid_order.cuh), and with
+// parts its part: blockIdx.y, which walks part_heads query heads of the group (one more for the first
+// part_heads_extra parts), so that every part of a key block has the same blockIdx.x. (The parts'
+// heads come from those two parameters rather than from a division by the part count: ptxas keeps
+// the CTA's coordinates in uniform registers then, and the D = 64 walk fits its 255 registers.)
+template <class Traits, bool kParts>
 __device__ __forceinline__ BwdKeyBlock bwd_key_block(const BwdKernelParams& p) {
   BwdKeyBlock b;
-  // The grid's pairs are (pair, part): a pair's parts side by side, each walking its own query heads.
-  const int parts = p.split_parts;
   const BwdGridCell cell = bwd_grid_cell(static_cast<int>(blockIdx.x), p.key_blocks_outer, p.order_pairs,
-                                         p.num_n_blocks, p.heads_kv * p.batch * parts);
+                                         p.num_n_blocks, p.heads_kv * p.batch);
   int n_block = cell.n_block;
-  const int pair = cell.pair / parts, part = cell.pair % parts;
+  const int pair = cell.pair;
   // Deterministic mode under a right-bounded mask: the key blocks add into a query tile's dQ from
   // the last to the first, so the grid runs them in that order (BwdLoads::wait_dq_turn). A mask with
   // only a left edge: the last key blocks are seen by the most query rows, so they start first.
@@ -139,14 +141,27 @@ __device__ __forceinline__ BwdKeyBlock bwd_key_block(const BwdKernelParams& p) {
   b.mask = Mask{b.seq.seqlen_q, b.seq.seqlen_k, p.window_left, p.window_right};
   b.m_begin = b.mask.m_block_begin(b.n0, Traits::kBlockM);
   b.m_count = b.mask.m_block_count(b.n0, Traits::kBlockN, Traits::kBlockM);
-  const int chain = b.m_count * p.group;
-  b.step0 = static_cast<int>(int64_t{chain} * part / parts);
-  b.steps = static_cast<int>(int64_t{chain} * (part + 1) / parts) - b.step0;
+  b.head0 = b.head_kv * p.group;
+  b.steps = b.m_count * p.group;
+  if constexpr (kParts) {
+    const BwdPartHeads heads = bwd_part_heads(static_cast<int>(blockIdx.y), p.part_heads, p.part_heads_extra);
+    b.head0 += heads.first;
+    b.steps = b.m_count * heads.count;
+  }
   b.ws_row0 = sm80::ws_row_start(b.batch, b.seq.q_offset, b.varlen, p.seqlen_q, Traits::kBlockM);
   b.tma_batch = b.varlen ? 0 : b.batch;
   b.q_row0 = static_cast<int>(b.seq.q_offset);
   b.k_row0 = static_cast<int>(b.seq.k_offset);
   return b;
+}
+
+// The key block as the kernels' ends read it (store_key_tiles): in parts, its kv head found again
+// from head0, so that the walk does not hold it (the D = 64 kernel's steps need 252 registers).
+template <bool kParts>
+__device__ __forceinline__ BwdKeyBlock key_block_after_walk(const BwdKeyBlock& kb, const BwdKernelParams& p) {
+  BwdKeyBlock e = kb;
+  if constexpr (kParts) e.head_kv = kb.head0 / p.group;
+  return e;
 }
 
 
@@ -271,7 +286,7 @@ struct BwdLoads {
   int tid;
 
   __device__ void load_step(int k) const {
-    const int s = k % Traits::kStages, head = kb.head(p, k), m0 = kb.m0(k, Traits::kBlockM);
+    const int s = k % Traits::kStages, head = kb.head(k), m0 = kb.m0(k, Traits::kBlockM);
     ptx::mbarrier_arrive_expect_tx(sm.q_full(s), 2 * Traits::kQBytes);
 #pragma unroll
     for (int c = 0; c < Traits::kChunks; ++c) {
@@ -413,9 +428,9 @@ __device__ __forceinline__ void add_dq_fragment(const BwdKernelParams& p, int64_
   }
 }
 
-// A part's dK and dV (the plan's split: p.split_parts > 1) added into its key block's fp32 sums,
-// p.tail_dkv[cell] ([2][kBlockN][kD], row-major, zeroed by the preprocess; dK unscaled; cell: the key
-// block + num_n_blocks · (kv head + heads_kv · sequence)): this
+// A part's dK and dV (the kParts kernels: p.split_parts parts a key block) added into its key block's
+// fp32 sums, p.tail_dkv[blockIdx.x] ([2][kBlockN][kD], row-major, zeroed by the preprocess; dK
+// unscaled): this
 // warp's fragment, keys key0 + g (+ 8), kCols columns from col0 in pairs 8j + 2t, as stage_key_side
 // reads it. The part that finishes its key block last (a CTA-uniform answer) reads the sums back into
 // dk and dv, in the same places, and returns true: it stores them; the others return false and are
@@ -423,10 +438,10 @@ __device__ __forceinline__ void add_dq_fragment(const BwdKernelParams& p, int64_
 // reds, a fence, the barrier, one thread's counter atomic; the last part fences before it reads the
 // sums from L2 (ld.global.cg: this CTA never cached them). Not in deterministic mode (the plan).
 template <class Traits, int kCols>
-__device__ __forceinline__ bool add_key_side_part(const BwdKernelParams& p, const BwdKeyBlock& kb, int key0, int col0,
-                                                  int g, int t, float (&dk)[kCols / 2], float (&dv)[kCols / 2]) {
+__device__ __forceinline__ bool add_key_side_part(const BwdKernelParams& p, int key0, int col0, int g, int t,
+                                                  float (&dk)[kCols / 2], float (&dv)[kCols / 2]) {
   __shared__ int s_last;
-  const int cell = kb.n0 / Traits::kBlockN + p.num_n_blocks * (kb.head_kv + p.heads_kv * kb.batch);
+  const int cell = static_cast<int>(blockIdx.x);
   float* sum_dk = p.tail_dkv + int64_t{cell} * 2 * Traits::kBlockN * Traits::kD;
   float* sum_dv = sum_dk + Traits::kBlockN * Traits::kD;
 #pragma unroll

@@ -194,14 +194,14 @@ const BwdInstance* find_bwd_instance(int64_t hdim_qk, int64_t hdim_v) {
   return nullptr;
 }
 
-Status check_bwd_grid(const BwdParams& p, int head_dim, int num_sms, BwdChains* chains) {
-  const BwdChains c = bwd_chains(p, head_dim, num_sms);
+Status check_bwd_grid(const BwdParams& p, int head_dim, const DeviceInfo& dev, BwdChains* chains) {
+  const BwdChains c = bwd_chains(p, head_dim, dev.num_sms, dev.memory_bandwidth);
   *chains = c;
   if (c.ctas > INT_MAX) return refuse(kBwdWho, "the problem needs more than 2^31 - 1 thread blocks");
   if (c.chain_bound) {
-    return refuse(kBwdWho, "the longest key block walks " + std::to_string(c.longest) + " of " +
-                           std::to_string(c.steps) + " steps, well over one of the " + std::to_string(num_sms) +
-                           " SMs' share, and deterministic mode does not split it; the sm80 backward does");
+    return refuse(kBwdWho, "the longest key block (or part of one) walks " + std::to_string(c.longest) + " of " +
+                           std::to_string(c.steps) + " steps, well over one of the " + std::to_string(dev.num_sms) +
+                           " SMs' share; the sm80 backward splits such blocks further");
   }
   return Status::success();
 }
@@ -244,25 +244,27 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
   DeviceInfo dev;
   FLASHATTN_TRY(check_hopper(kBwdWho, &dev));
   BwdChains chains;
-  FLASHATTN_TRY(check_bwd_grid(p, inst->head_dim, dev.num_sms, &chains));
+  FLASHATTN_TRY(check_bwd_grid(p, inst->head_dim, dev, &chains));
   FLASHATTN_TRY(check_bwd_layout(p, inst->head_dim));
   const int i = dtype_index(p.dtype);
   FLASHATTN_TRY(inst->check[i]());
-  const BackwardCall call{inst->head_dim, p.seqlen_k, chains.heads_per_cta(p.group_size()),
-                          mask_of(p.options).has_mask(), p.deterministic, dev.memory_bandwidth};
-  // The grid's pairs: (kv head, sequence) × part (bwd_tile.cuh's bwd_key_block); check_bwd_grid: under 2^31.
-  const int pairs = static_cast<int>(std::max<int64_t>(1, p.heads_kv * p.batch * chains.parts));
+  const BackwardCall call{inst->head_dim, p.seqlen_k, p.group_size(), mask_of(p.options).has_mask(), p.deterministic,
+                          dev.memory_bandwidth};
+  // The grid's order as for calls of a part's query heads (the parts are blockIdx.y: part-major).
+  BackwardCall per_cta = call;
+  per_cta.group = chains.heads_per_cta(call.group);
+  const int pairs = static_cast<int>(std::max<int64_t>(1, p.heads_kv * p.batch));  // check_bwd_grid: under 2^31
   // Split cells: the parts' fp32 dK/dV sums and counters, zeroed by the preprocess (sm80's split
   // tail's buffers, every cell a tail block).
   const sm80::BwdSplit split = chains.parts > 1 ? sm80::BwdSplit{0, static_cast<int>(chains.parts),
                                                                  static_cast<int>(chains.cells)}
                                                 : sm80::BwdSplit::whole(chains.cells);
-  const BwdPlanDetail d{inst->run[i], inst->head_dim, bwd_order_pairs(call, pairs, dev.num_sms),
+  const BwdPlanDetail d{inst->run[i], inst->head_dim, bwd_order_pairs(per_cta, pairs, dev.num_sms),
                         sm80::workspace_layout(p, inst->head_dim, bwd_block_m(inst->head_dim),
                                                bwd_block_n(inst->head_dim), split)};
   plan->workspace_bytes = d.workspace.bytes;
   plan->workspace_alignment = 16;  // the pre/postprocess's vector accesses of the fp32 sums
-  plan->in_auto = backward_in_auto(call);
+  plan->in_auto = backward_in_auto(call) && chains.parts == 1;  // parts: not yet run on a GPU (bwd_parts)
   plan->set(d);
   return Status::success();
 }
@@ -274,6 +276,8 @@ Status run_backward(const Plan& plan, const BwdParams& p) {
   k.dq_row_major = true;
   k.key_blocks_outer = mask_of(p.options).has_mask() && !p.deterministic;  // bwd_tile.cuh's grid order
   k.order_pairs = d.order_pairs;
+  k.part_heads = k.group / k.split_parts;  // bwd_tile.cuh's bwd_key_block: the parts' query heads
+  k.part_heads_extra = k.group % k.split_parts;
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   FLASHATTN_TRY(sm80::launch_bwd_preprocess(k, p.dtype, stream));
   FLASHATTN_TRY(d.run(p, k));
@@ -282,16 +286,17 @@ Status run_backward(const Plan& plan, const BwdParams& p) {
 
 }  // namespace
 
-BwdChains bwd_chains(const BwdParams& p, int head_dim, int num_sms) {
+BwdChains bwd_chains(const BwdParams& p, int head_dim, int num_sms, double memory_bandwidth) {
   BwdChains c;
   const int block_n = bwd_block_n(head_dim);
   c.cells = (p.seqlen_k + block_n - 1) / block_n * p.heads_kv * p.batch;
   const sm80::BwdChainSteps counted = sm80::chain_steps(p, block_n, bwd_block_m(head_dim));
   c.steps = counted.steps;
   const int64_t longest = c.cells == 0 || c.steps == 0 ? 0 : counted.longest;  // nothing walks (an empty batch; no keys)
-  c.parts = bwd_parts(p.deterministic, p.group_size(), longest, c.steps, num_sms);
+  c.parts = bwd_parts(head_dim, p.deterministic, memory_bandwidth < kFastMemory, p.group_size(), longest, c.steps,
+                      num_sms);
   c.ctas = c.cells * c.parts;
-  c.longest = (longest + c.parts - 1) / c.parts;
+  c.longest = longest / p.group_size() * c.heads_per_cta(p.group_size());  // a part's whole heads
   c.chain_bound = c.longest > kBwdShortChain &&
                   static_cast<double>(c.longest) * num_sms > kBwdChainMargin * static_cast<double>(c.steps);
   return c;

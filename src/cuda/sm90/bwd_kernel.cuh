@@ -16,6 +16,9 @@
 //                                                 fp32 accumulator (row-major rows of the workspace,
 //                                                 bwd_params.cuh; the postprocess scales)
 //
+// kParts: the instance whose key blocks run in parts (the plan's bwd_parts; blockIdx.y = part), each
+// over a range of the group's query heads, their dK and dV summed in fp32 (add_key_side_part).
+//
 // The queries' side is the transposed one (FlashAttention-3's): the wgmma accumulator of Sᵀ has the
 // keys as rows, so P and dS feed dV and dK from registers with no shuffle, and the key-side sums
 // stay in registers. Thread 0 issues the TMA loads of a step two steps ahead (three stages, each

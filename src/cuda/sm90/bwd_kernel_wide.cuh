@@ -12,7 +12,8 @@
 //   ── both warpgroups done with P, dS and the stage (named barrier): the next loads may land ──
 //
 // Q and dO (32 KB each per step) go through two TMA stages; the loads of step k + 2 are issued after
-// step k's last barrier, a whole step ahead of their use. Rows past a sequence as in bwd_kernel.cuh.
+// step k's last barrier, a whole step ahead of their use. Rows past a sequence, and key blocks in
+// parts (kParts), as in bwd_kernel.cuh.
 #pragma once
 
 #include <cuda.h>

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/last_part.cuh"
 #include "cuda/common/seqlen.cuh"
 #include "cuda/ptx/math.cuh"
 #include "cuda/ptx/red.cuh"
@@ -22,10 +23,8 @@ namespace flashattn::cuda::sm80 {
 // V tiles in shared memory, for the regular stores, and returns true; the others return false and
 // are done. kOrderedSums (deterministic mode): each part stores its own sums, tail_dkv[tail][part],
 // and the last part adds them in part order, so the bits do not depend on which part finished when.
-// Release/acquire as CUDA's threadFenceReduction: every thread's reds (stores), a fence, the
-// barrier, then one thread's counter atomic; the last one fences before the sums are read, from L2
-// (ld.global.cg: this block never cached them). s_last: one int of shared memory nobody else uses
-// now.
+// Release/acquire: last_part_done; the sums are read from L2 (ld.global.cg: this block never cached
+// them). s_last: one int of shared memory nobody else uses now.
 template <class Elem, class TileK, int kMt, int kNt, bool kOrderedSums>
 __device__ bool reduce_split_part(const BwdKernelParams& p, int tail, int parts, const float (&acc_dk)[kMt][kNt][4],
                                   const float (&acc_dv)[kMt][kNt][4], int row0, int col0, unsigned char* s_k,
@@ -55,14 +54,7 @@ __device__ bool reduce_split_part(const BwdKernelParams& p, int tail, int parts,
       }
     }
   }
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    *s_last = atomicAdd(p.tail_done + tail, 1) == parts - 1;
-    __threadfence();
-  }
-  __syncthreads();
-  if (!*s_last) return false;
+  if (!last_part_done(p.tail_done, tail, parts, s_last)) return false;
   for (int i = threadIdx.x; i < kRows * kCols / 2; i += kBwdThreads) {
     const int r = i / (kCols / 2), c = i % (kCols / 2) * 2;
     float2 k2, v2;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/last_part.cuh"
 #include "cuda/common/mask.cuh"
 #include "cuda/common/scores.cuh"
 #include "cuda/common/seqlen.cuh"
@@ -434,9 +435,8 @@ __device__ __forceinline__ void add_dq_fragment(const BwdKernelParams& p, int64_
 // warp's fragment, keys key0 + g (+ 8), kCols columns from col0 in pairs 8j + 2t, as stage_key_side
 // reads it. The part that finishes its key block last (a CTA-uniform answer) reads the sums back into
 // dk and dv, in the same places, and returns true: it stores them; the others return false and are
-// done. Release and acquire as sm80's reduce_split_part (CUDA's threadFenceReduction): every thread's
-// reds, a fence, the barrier, one thread's counter atomic; the last part fences before it reads the
-// sums from L2 (ld.global.cg: this CTA never cached them). Not in deterministic mode (the plan).
+// done. Release and acquire: last_part_done; the last part reads the sums from L2 (ld.global.cg: this
+// CTA never cached them). Not in deterministic mode (the plan).
 template <class Traits, int kCols>
 __device__ __forceinline__ bool add_key_side_part(const BwdKernelParams& p, int key0, int col0, int g, int t,
                                                   float (&dk)[kCols / 2], float (&dv)[kCols / 2]) {
@@ -453,14 +453,7 @@ __device__ __forceinline__ bool add_key_side_part(const BwdKernelParams& p, int 
       ptx::red_add_v2_f32(sum_dv + at, dv[e], dv[e + 1]);
     }
   }
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    s_last = atomicAdd(p.tail_done + cell, 1) == p.split_parts - 1;
-    __threadfence();
-  }
-  __syncthreads();
-  if (!s_last) return false;
+  if (!last_part_done(p.tail_done, cell, p.split_parts, &s_last)) return false;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
 #pragma unroll

@@ -566,15 +566,15 @@ TEST(CudaSm90BackwardPlan, StepShapes) {
 
 // "auto" takes the sm90 backward where it was measured faster than sm80's (bwd_launch.hpp's
 // kBackwardAuto): without a mask D = 128 and 256 always, D = 64 from 2k keys; with one, on the H200's
-// memory D = 64, 128, 256 from 8k, 2k, 4k keys, on the H100's (or unknown) from 8k and groups up to 8;
-// never deterministic.
+// memory D = 64, 128, 256 from 8k, 2k, 4k keys, on the H100's (or unknown) from 8k and groups up to 8
+// (a CTA's: a part's query heads where the key blocks run in parts); never deterministic; in parts only
+// on the H100's memory (measured there).
 TEST(CudaSm90BackwardPlan, AutoWhereMeasuredFaster) {
   using flashattn::cuda::sm90::backward_in_auto;
   using flashattn::cuda::sm90::BackwardCall;
   constexpr double kH200 = 4.8e12, kH100 = 3.35e12;
-  const auto call = [](int d, int64_t s, int64_t group, bool masked, double bandwidth, bool det = false) {
-    return BackwardCall{d, s, group, masked, det, bandwidth};
-  };
+  const auto call = [](int d, int64_t s, int64_t group, bool masked, double bandwidth, bool det = false,
+                       int64_t parts = 1) { return BackwardCall{d, s, group, masked, det, bandwidth, parts}; };
   for (double bw : {kH200, kH100, 0.0}) {
     for (int64_t s : {512, 16384}) {
       EXPECT_TRUE(backward_in_auto(call(128, s, 1, false, bw))) << s;
@@ -603,7 +603,14 @@ TEST(CudaSm90BackwardPlan, AutoWhereMeasuredFaster) {
     EXPECT_FALSE(backward_in_auto(call(128, 16384, 32, true, bw)));
     EXPECT_FALSE(backward_in_auto(call(256, 512, 1, true, bw)));
     EXPECT_TRUE(backward_in_auto(call(256, 1024, 1, true, bw)));
+    // MQA 32/1 in 8 parts of 4 heads: 1.14-1.20 x sm80's on the H100.
+    EXPECT_TRUE(backward_in_auto(call(128, 2048, 4, true, bw, false, 8)));
+    EXPECT_TRUE(backward_in_auto(call(128, 16384, 4, false, bw, false, 8)));
+    EXPECT_FALSE(backward_in_auto(call(128, 2048, 16, true, bw, false, 2)));  // still over 8 heads a CTA
   }
+  // In parts on fast memory (the balance's: batch-1 MQA/GQA): not yet measured there.
+  EXPECT_FALSE(backward_in_auto(call(128, 16384, 4, true, kH200, false, 8)));
+  EXPECT_FALSE(backward_in_auto(call(128, 16384, 4, false, kH200, false, 8)));
 }
 
 // The grid order covers every (key block, pair) once; under a mask the pairs go in groups

@@ -36,7 +36,10 @@ constexpr bool bwd_has_parts(int head_dim) { return head_dim == 128 || head_dim 
 // 2026-12-05-h200-e2e622e-sm90-bwd.md, the H100's 2026-12-05-h100-72dbf94-sm90-bwd.md;
 // docs/kernels-sm90-backward.md). On the H200, D = 64 and the staged epilogue are not yet measured
 // (D = 64 keeps the thresholds the H100 gave before the epilogue). Deterministic calls stay on sm80's
-// (tested here, not yet timed).
+// (tested here, not yet timed). Calls whose key blocks run in parts (bwd_parts) are read per CTA (a
+// part's query heads): on the H100 they measured 1.14-1.20 x sm80's (MQA 32/1 rows, batch-1 MQA and
+// GQA: 2026-12-06-h100-7c39f46-sm90-bwd-parts-gqa.md); on fast memory, where only the balance splits,
+// they stay on sm80's until measured there.
 struct BackwardAuto {
   int head_dim;
   int64_t from_seqlen_k;              // unmasked: the call's (longest) key sequence at least this long
@@ -52,12 +55,13 @@ inline constexpr std::array<BackwardAuto, 3> kBackwardAuto = {
 struct BackwardCall {
   int head_dim;
   int64_t seqlen_k;        // the longest key sequence
-  int64_t group;           // query heads per kv head
+  int64_t group;           // query heads a CTA walks: per kv head, or a part's share of them
   bool masked, deterministic;
   double memory_bandwidth;  // DeviceInfo's, bytes/s (0: unknown)
+  int64_t parts = 1;        // CTAs per key block (bwd_parts)
 };
 constexpr bool backward_in_auto(const BackwardCall& c) {
-  if (c.deterministic) return false;
+  if (c.deterministic || (c.parts > 1 && c.memory_bandwidth >= kFastMemory)) return false;
   for (const BackwardAuto& a : kBackwardAuto) {
     if (a.head_dim != c.head_dim) continue;
     if (!c.masked) return c.seqlen_k >= a.from_seqlen_k;
@@ -105,8 +109,8 @@ constexpr int bwd_order_pairs(const BackwardCall& c, int pairs, int num_sms) {
 // would vary). A call whose longest part still walks over kBwdChainMargin times an SM's share of the
 // steps (chain_bound: lone heads at batch 1, deterministic MQA at batch 1) is left to the sm80
 // backward, which splits within a head. Short chains (at most kBwdShortChain steps: small problems)
-// run whatever the grid. Varlen calls are counted at their longest lengths. Not yet run on a GPU:
-// "auto" takes no call in parts (the plan's in_auto) until they are measured.
+// run whatever the grid. Varlen calls are counted at their longest lengths. "auto" takes calls in
+// parts where measured (backward_in_auto: the H100's memory).
 inline constexpr int64_t kBwdShortChain = 64;
 inline constexpr double kBwdChainMargin = 1.25;
 inline constexpr int64_t kBwdHeadsPerPart = 4;

@@ -248,11 +248,11 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
   FLASHATTN_TRY(check_bwd_layout(p, inst->head_dim));
   const int i = dtype_index(p.dtype);
   FLASHATTN_TRY(inst->check[i]());
-  const BackwardCall call{inst->head_dim, p.seqlen_k, p.group_size(), mask_of(p.options).has_mask(), p.deterministic,
-                          dev.memory_bandwidth};
-  // The grid's order as for calls of a part's query heads (the parts are blockIdx.y: part-major).
-  BackwardCall per_cta = call;
-  per_cta.group = chains.heads_per_cta(call.group);
+  // The grid's order and "auto" read the call per CTA: a part's query heads (the parts are blockIdx.y:
+  // part-major).
+  const BackwardCall per_cta{inst->head_dim, p.seqlen_k, chains.heads_per_cta(p.group_size()),
+                             mask_of(p.options).has_mask(), p.deterministic, dev.memory_bandwidth,
+                             chains.parts};
   const int pairs = static_cast<int>(std::max<int64_t>(1, p.heads_kv * p.batch));  // check_bwd_grid: under 2^31
   // Split cells: the parts' fp32 dK/dV sums and counters, zeroed by the preprocess (sm80's split
   // tail's buffers, every cell a tail block).
@@ -264,7 +264,7 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
                                                bwd_block_n(inst->head_dim), split)};
   plan->workspace_bytes = d.workspace.bytes;
   plan->workspace_alignment = 16;  // the pre/postprocess's vector accesses of the fp32 sums
-  plan->in_auto = backward_in_auto(call) && chains.parts == 1;  // parts: not yet run on a GPU (bwd_parts)
+  plan->in_auto = backward_in_auto(per_cta);
   plan->set(d);
   return Status::success();
 }

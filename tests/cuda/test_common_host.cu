@@ -565,52 +565,50 @@ TEST(CudaSm90BackwardPlan, StepShapes) {
 }
 
 // "auto" takes the sm90 backward where it was measured faster than sm80's (bwd_launch.hpp's
-// kBackwardAuto): without a mask D = 128 and 256 always, D = 64 from 2k keys; with one, on the H200's
-// memory D = 64, 128, 256 from 8k, 2k, 4k keys, on the H100's (or unknown) from 8k and groups up to 8
-// (a CTA's: a part's query heads where the key blocks run in parts); never deterministic; in parts only
-// on the H100's memory (measured there).
+// kBackwardAuto): without a mask always; with one, on the H200's memory D = 64 and 128 from 4k and 1k
+// keys, D = 256 from 512 where the grid goes grouped (groups up to 8, under 4k keys) and from 4k
+// otherwise; on the H100's (or unknown) from 2k / 512 / 1k keys and groups up to 8 (a CTA's: a part's
+// query heads where the key blocks run in parts); never deterministic.
 TEST(CudaSm90BackwardPlan, AutoWhereMeasuredFaster) {
   using flashattn::cuda::sm90::backward_in_auto;
   using flashattn::cuda::sm90::BackwardCall;
   constexpr double kH200 = 4.8e12, kH100 = 3.35e12;
-  const auto call = [](int d, int64_t s, int64_t group, bool masked, double bandwidth, bool det = false,
-                       int64_t parts = 1) { return BackwardCall{d, s, group, masked, det, bandwidth, parts}; };
+  const auto call = [](int d, int64_t s, int64_t group, bool masked, double bandwidth, bool det = false) {
+    return BackwardCall{d, s, group, masked, det, bandwidth};
+  };
   for (double bw : {kH200, kH100, 0.0}) {
     for (int64_t s : {512, 16384}) {
+      EXPECT_TRUE(backward_in_auto(call(64, s, 1, false, bw))) << s;
       EXPECT_TRUE(backward_in_auto(call(128, s, 1, false, bw))) << s;
       EXPECT_TRUE(backward_in_auto(call(256, s, 32, false, bw))) << s;
       EXPECT_FALSE(backward_in_auto(call(128, s, 1, false, bw, true))) << s;
       EXPECT_FALSE(backward_in_auto(call(128, s, 1, true, bw, true))) << s;
     }
-    EXPECT_FALSE(backward_in_auto(call(64, 1024, 1, false, bw)));
-    EXPECT_TRUE(backward_in_auto(call(64, 2048, 1, false, bw)));
     EXPECT_TRUE(backward_in_auto(call(64, 8192, 1, true, bw)));
     EXPECT_FALSE(backward_in_auto(call(192, 16384, 1, false, bw)));  // no sm90 backward instance
   }
-  // Masked, fast memory (the H200): every pair's first key blocks first.
-  EXPECT_FALSE(backward_in_auto(call(64, 4096, 1, true, kH200)));
-  EXPECT_FALSE(backward_in_auto(call(128, 1024, 1, true, kH200)));
-  EXPECT_TRUE(backward_in_auto(call(128, 2048, 32, true, kH200)));
-  EXPECT_FALSE(backward_in_auto(call(256, 2048, 1, true, kH200)));
-  EXPECT_TRUE(backward_in_auto(call(256, 4096, 1, true, kH200)));
+  // Masked, fast memory (the H200).
+  EXPECT_FALSE(backward_in_auto(call(64, 2048, 1, true, kH200)));
+  EXPECT_TRUE(backward_in_auto(call(64, 4096, 1, true, kH200)));
+  EXPECT_FALSE(backward_in_auto(call(128, 512, 1, true, kH200)));
+  EXPECT_TRUE(backward_in_auto(call(128, 1024, 1, true, kH200)));
+  EXPECT_TRUE(backward_in_auto(call(128, 2048, 32, true, kH200)));  // MQA: 1.10 x sm80's
+  EXPECT_TRUE(backward_in_auto(call(256, 512, 1, true, kH200)));    // the grid grouped
+  EXPECT_TRUE(backward_in_auto(call(256, 2048, 8, true, kH200)));
+  EXPECT_FALSE(backward_in_auto(call(256, 2048, 16, true, kH200)));  // one group: 0.73-0.78 x below 4k
+  EXPECT_TRUE(backward_in_auto(call(256, 4096, 16, true, kH200)));
   // Masked, slower or unknown memory (the H100): the grouped order, groups up to 8.
   for (double bw : {kH100, 0.0}) {
     EXPECT_FALSE(backward_in_auto(call(64, 1024, 1, true, bw)));
     EXPECT_TRUE(backward_in_auto(call(64, 2048, 1, true, bw)));
     EXPECT_TRUE(backward_in_auto(call(128, 512, 1, true, bw)));
     EXPECT_TRUE(backward_in_auto(call(128, 2048, 8, true, bw)));
-    EXPECT_FALSE(backward_in_auto(call(128, 2048, 32, true, bw)));  // MQA: 0.91 x sm80's on the H100
-    EXPECT_FALSE(backward_in_auto(call(128, 16384, 32, true, bw)));
+    EXPECT_FALSE(backward_in_auto(call(128, 2048, 32, true, bw)));  // MQA whole: 0.91 x sm80's on the H100
+    EXPECT_FALSE(backward_in_auto(call(128, 16384, 16, true, bw)));
+    EXPECT_TRUE(backward_in_auto(call(128, 2048, 4, true, bw)));  // MQA 32/1 in 8 parts: 1.14-1.20 x
     EXPECT_FALSE(backward_in_auto(call(256, 512, 1, true, bw)));
     EXPECT_TRUE(backward_in_auto(call(256, 1024, 1, true, bw)));
-    // MQA 32/1 in 8 parts of 4 heads: 1.14-1.20 x sm80's on the H100.
-    EXPECT_TRUE(backward_in_auto(call(128, 2048, 4, true, bw, false, 8)));
-    EXPECT_TRUE(backward_in_auto(call(128, 16384, 4, false, bw, false, 8)));
-    EXPECT_FALSE(backward_in_auto(call(128, 2048, 16, true, bw, false, 2)));  // still over 8 heads a CTA
   }
-  // In parts on fast memory (the balance's: batch-1 MQA/GQA): not yet measured there.
-  EXPECT_FALSE(backward_in_auto(call(128, 16384, 4, true, kH200, false, 8)));
-  EXPECT_FALSE(backward_in_auto(call(128, 16384, 4, false, kH200, false, 8)));
 }
 
 // The grid order covers every (key block, pair) once; under a mask the pairs go in groups
@@ -648,10 +646,15 @@ TEST(CudaSm90BackwardPlan, GridOrderCoversTheGridOnce) {
   EXPECT_EQ(order_pairs(32, 512, 16, 16, 128, kH100), 33);
   EXPECT_EQ(order_pairs(1, 128, 2, 2, 128, kH100), 2);  // at most every pair
   EXPECT_EQ(order_pairs(8, 2048, 32, 4, 128, kH100), 9);  // 8 query heads a kv head
-  // One group of every pair: long keys, MQA, the H200's memory.
+  // The H200's memory: D = 256 under 4k keys.
+  EXPECT_EQ(order_pairs(8, 2048, 8, 8, 256, kH200), 5);
+  EXPECT_EQ(order_pairs(32, 512, 8, 8, 256, kH200), 17);
+  // One group of every pair: long keys, MQA, D = 64 and 128 and D = 256 from 4k on the H200's memory.
   EXPECT_EQ(order_pairs(1, 8192, 8, 8, 256, kH100), 8);
   EXPECT_EQ(order_pairs(16, 2048, 32, 1, 128, kH100), 16);
-  EXPECT_EQ(order_pairs(8, 2048, 8, 8, 256, kH200), 64);
+  EXPECT_EQ(order_pairs(8, 2048, 16, 16, 128, kH200), 128);
+  EXPECT_EQ(order_pairs(8, 4096, 8, 8, 256, kH200), 64);
+  EXPECT_EQ(order_pairs(8, 2048, 32, 2, 256, kH200), 16);
 }
 
 // A key block's parts (bwd_part_heads, with the plan's part_heads = group / parts and extra = group %

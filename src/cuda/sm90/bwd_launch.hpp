@@ -26,66 +26,72 @@ constexpr int bwd_block_n(int head_dim) { return head_dim > 128 ? 64 : 128; }
 constexpr bool has_sm90_bwd(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 constexpr bool bwd_has_parts(int head_dim) { return head_dim == 128 || head_dim == 256; }
 
-// Where "auto" gives the backward to this family (Plan::in_auto; elsewhere sm80's runs unless a call
-// names sm90): the head dims measured faster than sm80's backward in one process, each from the key
-// length where it is, with a mask (causal, window) and without. Masked calls depend on the memory's
-// bandwidth: on the H200 (4.8 TB/s) the grid takes every (kv head, sequence) pair's first key blocks
-// first; on slower memory (the H100, 3.35 TB/s) the pairs go in groups below 8k keys
-// (bwd_order_pairs), which wins there from shorter keys but not for MQA. The thresholds are where each
-// measured faster (C API, sm90 / sm80 in one process; in bench/results: the H200's
-// 2026-12-05-h200-e2e622e-sm90-bwd.md, the H100's 2026-12-05-h100-72dbf94-sm90-bwd.md;
-// docs/kernels-sm90-backward.md). On the H200, D = 64 and the staged epilogue are not yet measured
-// (D = 64 keeps the thresholds the H100 gave before the epilogue). Deterministic calls stay on sm80's
-// (tested here, not yet timed). Calls whose key blocks run in parts (bwd_parts) are read per CTA (a
-// part's query heads): on the H100 they measured 1.14-1.20 x sm80's (MQA 32/1 rows, batch-1 MQA and
-// GQA: 2026-12-06-h100-7c39f46-sm90-bwd-parts-gqa.md); on fast memory, where only the balance splits,
-// they stay on sm80's until measured there.
-struct BackwardAuto {
-  int head_dim;
-  int64_t from_seqlen_k;              // unmasked: the call's (longest) key sequence at least this long
-  int64_t masked_from_seqlen_k;       // masked, device memory of kFastMemory bytes/s or more
-  int64_t slow_masked_from_seqlen_k;  // masked, slower (or unknown) memory, groups up to kSlowMaxGroup
-};
-inline constexpr double kFastMemory = 4e12;
+inline constexpr double kFastMemory = 4e12;  // bytes/s: the H200's 4.8 TB/s above, the H100's 3.35 below
 inline constexpr int64_t kSlowMaxGroup = 8;
-inline constexpr std::array<BackwardAuto, 3> kBackwardAuto = {
-    {{64, 2048, 8192, 2048}, {128, 0, 2048, 0}, {256, 0, 4096, 1024}}};
 
-// What the choice reads of a call and the GPU.
+// What the grid order and "auto" read of a call and the GPU.
 struct BackwardCall {
   int head_dim;
   int64_t seqlen_k;        // the longest key sequence
-  int64_t group;           // query heads a CTA walks: per kv head, or a part's share of them
+  int64_t group;           // query heads a CTA walks: per kv head, or a part's share of them (bwd_parts)
   bool masked, deterministic;
   double memory_bandwidth;  // DeviceInfo's, bytes/s (0: unknown)
-  int64_t parts = 1;        // CTAs per key block (bwd_parts)
 };
-constexpr bool backward_in_auto(const BackwardCall& c) {
-  if (c.deterministic || (c.parts > 1 && c.memory_bandwidth >= kFastMemory)) return false;
-  for (const BackwardAuto& a : kBackwardAuto) {
-    if (a.head_dim != c.head_dim) continue;
-    if (!c.masked) return c.seqlen_k >= a.from_seqlen_k;
-    if (c.memory_bandwidth >= kFastMemory) return c.seqlen_k >= a.masked_from_seqlen_k;
-    return c.group <= kSlowMaxGroup && c.seqlen_k >= a.slow_masked_from_seqlen_k;
-  }
-  return false;
-}
 
 // The grid's order under a mask (bwd_tile.cuh's bwd_key_block): pairs (kv head, sequence) per group,
 // enough for the group's key blocks to fill the SMs once, so that the CTAs running at once read the Q
 // and dO and add into the dQ of that many pairs (L2 holds them) rather than of every pair. Grouped
 // where that measured faster than one group of every pair (docs/kernels-sm90-backward.md, "The grid
-// order"): on memory slower than kFastMemory (the H100), keys under kGroupedOrderBelowSeqlenK (from
-// there a pair's key blocks fill most of a wave and the late groups' longest blocks make a tail) and
-// up to kSlowMaxGroup query heads per kv head (MQA's long chains want the longest blocks first). The
-// H200 keeps one group: not yet measured grouped there. `pairs`: heads_kv · batch, at least 1.
+// order"), up to kSlowMaxGroup query heads a CTA (MQA's long chains want the longest blocks first):
+// on memory slower than kFastMemory (the H100) under kGroupedOrderBelowSeqlenK keys (from there a
+// pair's key blocks fill most of a wave and the late groups' longest blocks make a tail); on faster
+// memory (the H200) at D = 256 under kFastGroupedOrderBelowSeqlenK keys (1.32-1.47 x one group at
+// 512-2k keys, 0.96 x at 4k; D = 64 and 128 within 3 % of one group either way, GQA 32/4 at 2k 0.88 x:
+// bench/results/2026-12-06-h200-78698b2-sm90-bwd-variants.md). `pairs`: heads_kv · batch, at least 1.
 inline constexpr int64_t kGroupedOrderBelowSeqlenK = 8192;
+inline constexpr int64_t kFastGroupedOrderBelowSeqlenK = 4096;
+constexpr bool bwd_grouped_order(const BackwardCall& c) {
+  if (c.group > kSlowMaxGroup) return false;
+  if (c.memory_bandwidth >= kFastMemory) return c.head_dim == 256 && c.seqlen_k < kFastGroupedOrderBelowSeqlenK;
+  return c.seqlen_k < kGroupedOrderBelowSeqlenK;
+}
 constexpr int bwd_order_pairs(const BackwardCall& c, int pairs, int num_sms) {
-  if (c.memory_bandwidth >= kFastMemory || c.seqlen_k >= kGroupedOrderBelowSeqlenK || c.group > kSlowMaxGroup) {
-    return pairs;
-  }
+  if (!bwd_grouped_order(c)) return pairs;
   const int64_t key_blocks = std::max<int64_t>(1, (c.seqlen_k + bwd_block_n(c.head_dim) - 1) / bwd_block_n(c.head_dim));
   return static_cast<int>(std::clamp<int64_t>((num_sms + key_blocks - 1) / key_blocks, 1, pairs));
+}
+
+// Where "auto" gives the backward to this family (Plan::in_auto; elsewhere sm80's runs unless a call
+// names sm90): the head dims measured faster than sm80's backward in one process, each from the key
+// length where it is, with a mask (causal, window) and without. Masked calls depend on the memory's
+// bandwidth and on the grid order above: slower memory (the H100) takes them where the grid goes in
+// groups and up to kSlowMaxGroup query heads a CTA; faster memory (the H200) from one length with one
+// group of every pair, from another where the grid goes grouped (D = 256 under 4k keys). The
+// thresholds are where each measured faster (C API, sm90 / sm80 in one process; in bench/results: the
+// H200's 2026-12-06-h200-78698b2-sm90-bwd-variants.md, the H100's 2026-12-05-h100-72dbf94-sm90-bwd.md
+// and 2026-12-06-h100-7c39f46-sm90-bwd-grid-varlen.md; docs/kernels-sm90-backward.md): unmasked D = 64
+// 1.02-1.04 x at 512-1k on both. Calls whose key blocks run in parts (bwd_parts) are read per CTA (a
+// part's query heads): 1.11-1.20 x sm80's on both GPUs (MQA 32/1 rows on the H100, batch-1 MQA and GQA
+// on both: 2026-12-06-h100-7c39f46-sm90-bwd-parts-tests-cli.txt, docs/kernels-sm90-backward.md).
+// Deterministic calls stay on sm80's (tested here, not yet timed).
+struct BackwardAuto {
+  int head_dim;
+  int64_t from_seqlen_k;                 // unmasked: the call's (longest) key sequence at least this long
+  int64_t masked_from_seqlen_k;          // masked, kFastMemory bytes/s or more, one group of every pair
+  int64_t grouped_masked_from_seqlen_k;  // masked, kFastMemory or more, the grid grouped
+  int64_t slow_masked_from_seqlen_k;     // masked, slower (or unknown) memory, groups up to kSlowMaxGroup
+};
+inline constexpr std::array<BackwardAuto, 3> kBackwardAuto = {
+    {{64, 0, 4096, 4096, 2048}, {128, 0, 1024, 1024, 0}, {256, 0, 4096, 512, 1024}}};
+constexpr bool backward_in_auto(const BackwardCall& c) {
+  if (c.deterministic) return false;
+  for (const BackwardAuto& a : kBackwardAuto) {
+    if (a.head_dim != c.head_dim) continue;
+    if (!c.masked) return c.seqlen_k >= a.from_seqlen_k;
+    if (c.memory_bandwidth < kFastMemory) return c.group <= kSlowMaxGroup && c.seqlen_k >= a.slow_masked_from_seqlen_k;
+    return c.seqlen_k >= (bwd_grouped_order(c) ? a.grouped_masked_from_seqlen_k : a.masked_from_seqlen_k);
+  }
+  return false;
 }
 
 // The chains of a call's key blocks (steps: query blocks × the group's query heads) and the parts
@@ -109,8 +115,7 @@ constexpr int bwd_order_pairs(const BackwardCall& c, int pairs, int num_sms) {
 // would vary). A call whose longest part still walks over kBwdChainMargin times an SM's share of the
 // steps (chain_bound: lone heads at batch 1, deterministic MQA at batch 1) is left to the sm80
 // backward, which splits within a head. Short chains (at most kBwdShortChain steps: small problems)
-// run whatever the grid. Varlen calls are counted at their longest lengths. "auto" takes calls in
-// parts where measured (backward_in_auto: the H100's memory).
+// run whatever the grid. Varlen calls are counted at their longest lengths.
 inline constexpr int64_t kBwdShortChain = 64;
 inline constexpr double kBwdChainMargin = 1.25;
 inline constexpr int64_t kBwdHeadsPerPart = 4;

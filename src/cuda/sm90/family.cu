@@ -251,8 +251,7 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
   // The grid's order and "auto" read the call per CTA: a part's query heads (the parts are blockIdx.y:
   // part-major).
   const BackwardCall per_cta{inst->head_dim, p.seqlen_k, chains.heads_per_cta(p.group_size()),
-                             mask_of(p.options).has_mask(), p.deterministic, dev.memory_bandwidth,
-                             chains.parts};
+                             mask_of(p.options).has_mask(), p.deterministic, dev.memory_bandwidth};
   const int pairs = static_cast<int>(std::max<int64_t>(1, p.heads_kv * p.batch));  // check_bwd_grid: under 2^31
   // Split cells: the parts' fp32 dK/dV sums and counters, zeroed by the preprocess (sm80's split
   // tail's buffers, every cell a tail block).

@@ -103,8 +103,9 @@ constexpr bool backward_in_auto(const BackwardCall& c) {
 //   the CTAs running at once walk those of every head they own, so a large group (MQA 32/1: each CTA
 //   all 32 heads) spreads the reads and the dQ additions over far more than L2 holds (the H100 ran
 //   MQA at 0.79-0.91 × sm80's backward, the H200 at 1.05-1.14 ×: docs/kernels-sm90-backward.md).
-//   Groups of more than kSlowMaxGroup query heads (those "auto" leaves to sm80 there) go in parts of
-//   at most kBwdHeadsPerPart heads (GQA 32/8's four, measured faster than sm80's on both GPUs).
+//   Groups of more than kSlowMaxGroup query heads (whole, those "auto" leaves to sm80 there) go in
+//   parts of at most kBwdHeadsPerPart heads (GQA 32/8's four), which "auto" takes: MQA 32/1 in parts
+//   measured 1.14-1.20 × sm80's on the H100 (backward_in_auto reads a part's heads).
 // - Balance: where the longest chain walks more than kBwdChainMargin times an SM's share of all the
 //   steps (few kv heads and sequences: MQA/GQA at batch 1, a causal mask's first key blocks), the GPU
 //   would idle behind it; there the parts are at most about a quarter of a share long (sm80's rule,

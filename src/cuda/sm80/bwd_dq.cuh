@@ -1,6 +1,6 @@
 // The sm80 backward's dQ accumulation: dQ = dS·K of one step added into the fp32 workspace with
-// red.global.add (accumulate_dq), and the deterministic mode's fixed order of those additions per
-// query tile (wait_dq_turn).
+// red.global.add (accumulate_dq), the deterministic mode's fixed order of those additions per
+// query tile (wait_dq_turn), and the conversion of the finished tiles (convert_finished_dq).
 //
 // Deterministic mode: the dQ additions of the key blocks into one query tile happen in a fixed
 // key-block order. counters[hq][query tile] counts the key blocks done; a key block waits (thread
@@ -16,8 +16,11 @@
 #include <cstdint>
 
 #include "cuda/common/mask.cuh"
+#include "cuda/common/seqlen.cuh"
+#include "cuda/ptx/atom.cuh"
 #include "cuda/ptx/ld_acquire.cuh"
 #include "cuda/ptx/red.cuh"
+#include "cuda/sm80/bwd_dq_store.cuh"
 #include "cuda/sm80/bwd_gemm.cuh"
 #include "cuda/sm80/bwd_params.cuh"
 #include "cuda/sm80/bwd_shape.cuh"
@@ -111,6 +114,46 @@ __device__ __forceinline__ void accumulate_dq(float (&acc_dq)[Sh::kMtQ][Sh::kNtQ
   gemm_ab<Elem, typename Sh::TileP, typename Sh::TileK, Sh::kMtQ, Sh::kNtQ, Sh::kBN / 16>(acc_dq, s_ds, w.q_row0, s_k,
                                                                                          w.q_col0, lane);
   add_dq<Sh>(p, acc_dq, ws_row, dq, w, lane / 4, lane % 4);
+}
+
+// dq_in_main: after its last step, the block counts itself on the counter of every query tile it
+// added into; the block that brings a tile's count to the number of key blocks visiting it (every
+// other has added) scales that tile's dQ and stores dq, while the sums are still in L2. This
+// replaces the postprocess kernel: its launch, and its read of the whole accumulator from HBM.
+// Release and acquire: the block barrier orders every thread's reds before the counting threads'
+// acq_rel adds (CUTLASS's semaphore, and the deterministic mode here, rely on the same), and the
+// converting threads read after the counting thread's acquire and a barrier. Steps [first_step,
+// first_step + steps) of the key block's num_m · group (query head, query block) pairs, query blocks
+// fastest, as the loop walked them; kBwdThreads tiles at a time, a flag each in shared memory at
+// s_flags (free after the loop).
+template <class Elem, class Sh>
+__device__ __noinline__ void convert_finished_dq(const BwdKernelParams& p, const Mask& mask, int h_kv,
+                                                    const SeqLens& seq, int b, int64_t ws_row0, int m_start, int num_m, int first_step,
+                                                 int steps, int* s_flags) {
+  constexpr int kBM = Sh::kBM, kBN = Sh::kBN;
+  constexpr DqLayout kDq = DqLane<Sh>::layout();
+  const int tid = threadIdx.x;
+  for (int done = 0; done < steps; done += kBwdThreads) {
+    __syncthreads();  // every thread's reds issued (first round); the flags read (later rounds)
+    if (done + tid < steps) {
+      const int pair = first_step + done + tid;
+      const int hq = h_kv * p.group + pair / num_m, m0 = m_start + pair % num_m * kBM;
+      const int64_t ws_row = hq * p.ws_rows + ws_row0 + m0;
+      const int visitors = mask.key_blocks_visiting(m0, kBM, kBN);
+      s_flags[tid] = ptx::atom_add_acq_rel_s32(p.counters + ws_row / kBM, 1) == visitors - 1;
+    }
+    __syncthreads();
+    for (int i = 0; i < imin(kBwdThreads, steps - done); ++i) {
+      if (!s_flags[i]) continue;  // block-uniform
+      const int pair = first_step + done + i;
+      const int hq = h_kv * p.group + pair / num_m, m0 = m_start + pair % num_m * kBM;
+      const int64_t ws_row = hq * p.ws_rows + ws_row0 + m0;
+      uint16_t* dst = static_cast<uint16_t*>(p.dq) +
+                      gmem_offset(b, seq.q_offset + m0, hq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+      store_dq_tile<Elem, dq_red_width(Sh::kTile), kBwdThreads>(kDq, p.dq_accum + ws_row * Sh::kD, dst, p.dq_row_stride,
+                                                               kBM, imin(kBM, seq.seqlen_q - m0), p.hdim_qk / 8, p.scale);
+    }
+  }
 }
 
 }  // namespace flashattn::cuda::sm80

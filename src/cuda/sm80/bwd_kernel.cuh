@@ -8,7 +8,8 @@
 //   dP = dO·Vᵀ
 //   dS = P ∘ (dP − D),   D = rowsum(dO ∘ O) from the preprocess   (∘ the transform's slope where it
 //                                                                    varies: common/scores.cuh)
-//   dQ += dS·K   → added into the fp32 workspace with red.global.add (scaled in the postprocess)
+//   dQ += dS·K   → added into the fp32 workspace with red.global.add (scaled and stored by the
+//                  last key block to add into the tile, or in the postprocess: bwd_dq.cuh)
 //   dK += dSᵀ·Q
 // and finally writes dK·scale and dV once. P and dS go through shared memory (16-bit): the
 // transposed products need them as A operands, read back with ldmatrix.trans.
@@ -205,6 +206,10 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
   }
 
   bwd_epilogue<Elem, Sh, kOrderedSums>(p, ix, seq, n0, acc_dk, acc_dv, w, smem, grid_block, parts, lane, tid);
+  if (p.dq_in_main && steps > 0) {
+    convert_finished_dq<Elem, Sh>(p, mask, h_kv, seq, b, ws_row0, m_start, num_m, first_step, steps,
+                                  reinterpret_cast<int*>(smem + Sh::kOffP));
+  }
 }
 
 // Whole key blocks: grid block blockIdx.x (with a split tail, the grid is the first split_first).

@@ -18,6 +18,7 @@
 #include "cuda/common/mask.cuh"
 #include "cuda/common/seqlen.cuh"
 #include "cuda/ptx/atom.cuh"
+#include "cuda/ptx/block_index.cuh"
 #include "cuda/ptx/ld_acquire.cuh"
 #include "cuda/ptx/red.cuh"
 #include "cuda/sm80/bwd_dq_store.cuh"
@@ -122,22 +123,38 @@ __device__ __forceinline__ void accumulate_dq(float (&acc_dq)[Sh::kMtQ][Sh::kNtQ
 // replaces the postprocess kernel: its launch, and its read of the whole accumulator from HBM.
 // Release and acquire: the block barrier orders every thread's reds before the counting threads'
 // acq_rel adds (CUTLASS's semaphore, and the deterministic mode here, rely on the same), and the
-// converting threads read after the counting thread's acquire and a barrier. Steps [first_step,
-// first_step + steps) of the key block's num_m · group (query head, query block) pairs, query blocks
-// fastest, as the loop walked them; kBwdThreads tiles at a time, a flag each in shared memory at
-// s_flags (free after the loop).
-template <class Elem, class Sh>
-__device__ __noinline__ void convert_finished_dq(const BwdKernelParams& p, const Mask& mask, int h_kv,
-                                                    const SeqLens& seq, int b, int64_t ws_row0, int m_start, int num_m, int first_step,
-                                                 int steps, int* s_flags) {
+// converting threads read after the counting thread's acquire and a barrier.
+// Called by the kernels after bwd_block_part, it finds the block's steps again from the block index
+// (kParts: the split tail's block, part blockIdx mod split_parts of a grid block; else a whole one),
+// as bwd_block_part did: (query head, query block) pairs, query blocks fastest. Nothing of the loop
+// stays alive for it: handed over from the loop, those values cost the hdim 128 loop ~13 % more
+// instructions and the kernel 4–16 % (H100); as a call, ~9 % and spills. kBwdThreads tiles at a
+// time, a flag each in shared memory (the P tile's, free after the loop).
+template <class Elem, class Sh, bool kParts>
+__device__ __forceinline__ void convert_finished_dq(const BwdKernelParams& p) {
   constexpr int kBM = Sh::kBM, kBN = Sh::kBN;
   constexpr DqLayout kDq = DqLane<Sh>::layout();
+  extern __shared__ __align__(128) unsigned char smem[];
+  int* s_flags = reinterpret_cast<int*>(smem + Sh::kOffP);
+  const int block = ptx::block_index_x();  // read again, not kept from the kernel's start
+  const int grid_block = kParts ? p.split_first + block / p.split_parts : block;
+  const int part = kParts ? block % p.split_parts : 0, parts = kParts ? p.split_parts : 1;
+  const BwdBlockIndex ix = bwd_block_index<Sh::kTile.longest_first>(p, grid_block, key_block_order(p));
+  const SeqLens seq = seq_lens(ix.b, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlen_q, p.seqlen_k);
+  const int n0 = ix.n_block * kBN;
+  if (n0 >= seq.seqlen_k) return;
+  const Mask mask{seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right};
+  const int m_begin = mask.m_block_begin(n0, kBM);
+  const int num_m = imax(0, mask.m_block_end(n0, kBN, kBM) - m_begin);
+  const int first_step = static_cast<int>(int64_t{num_m} * p.group * part / parts);
+  const int steps = static_cast<int>(int64_t{num_m} * p.group * (part + 1) / parts) - first_step;
+  const int64_t ws_row0 = ws_row_start(ix.b, seq.q_offset, p.cu_seqlens_q != nullptr, p.seqlen_q, kBM);
   const int tid = threadIdx.x;
   for (int done = 0; done < steps; done += kBwdThreads) {
     __syncthreads();  // every thread's reds issued (first round); the flags read (later rounds)
     if (done + tid < steps) {
       const int pair = first_step + done + tid;
-      const int hq = h_kv * p.group + pair / num_m, m0 = m_start + pair % num_m * kBM;
+      const int hq = ix.h_kv * p.group + pair / num_m, m0 = (m_begin + pair % num_m) * kBM;
       const int64_t ws_row = hq * p.ws_rows + ws_row0 + m0;
       const int visitors = mask.key_blocks_visiting(m0, kBM, kBN);
       s_flags[tid] = ptx::atom_add_acq_rel_s32(p.counters + ws_row / kBM, 1) == visitors - 1;
@@ -146,10 +163,10 @@ __device__ __noinline__ void convert_finished_dq(const BwdKernelParams& p, const
     for (int i = 0; i < imin(kBwdThreads, steps - done); ++i) {
       if (!s_flags[i]) continue;  // block-uniform
       const int pair = first_step + done + i;
-      const int hq = h_kv * p.group + pair / num_m, m0 = m_start + pair % num_m * kBM;
+      const int hq = ix.h_kv * p.group + pair / num_m, m0 = (m_begin + pair % num_m) * kBM;
       const int64_t ws_row = hq * p.ws_rows + ws_row0 + m0;
       uint16_t* dst = static_cast<uint16_t*>(p.dq) +
-                      gmem_offset(b, seq.q_offset + m0, hq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
+                      gmem_offset(ix.b, seq.q_offset + m0, hq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
       store_dq_tile<Elem, dq_red_width(Sh::kTile), kBwdThreads>(kDq, p.dq_accum + ws_row * Sh::kD, dst, p.dq_row_stride,
                                                                kBM, imin(kBM, seq.seqlen_q - m0), p.hdim_qk / 8, p.scale);
     }

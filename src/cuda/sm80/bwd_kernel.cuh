@@ -206,10 +206,6 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
   }
 
   bwd_epilogue<Elem, Sh, kOrderedSums>(p, ix, seq, n0, acc_dk, acc_dv, w, smem, grid_block, parts, lane, tid);
-  if (p.dq_in_main && steps > 0) {
-    convert_finished_dq<Elem, Sh>(p, mask, h_kv, seq, b, ws_row0, m_start, num_m, first_step, steps,
-                                  reinterpret_cast<int*>(smem + Sh::kOffP));
-  }
 }
 
 // Whole key blocks: grid block blockIdx.x (with a split tail, the grid is the first split_first).
@@ -219,6 +215,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   // each SM as soon as this grid's block there finishes, as if they were this grid's own last wave.
   ptx::griddep_launch_dependents();
   bwd_block_part<Elem, kHeadDim, kBigSmem, kSlopeVaries>(p, blockIdx.x, 0, 1);
+  if (p.dq_in_main) convert_finished_dq<Elem, BwdShape<kHeadDim, kBigSmem>, false>(p);
 }
 
 // The split tail (bwd_params.cuh): block j is part j mod split_parts of grid block split_first +
@@ -232,6 +229,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_tail_kernel(const __grid_c
   const int parts = p.split_parts;
   bwd_block_part<Elem, kHeadDim, kBigSmem, false, kOrderedSums>(p, p.split_first + blockIdx.x / parts,
                                                                 blockIdx.x % parts, parts);
+  if (p.dq_in_main) convert_finished_dq<Elem, BwdShape<kHeadDim, kBigSmem>, true>(p);
   // Complete only after the main kernel has (it may still run when this grid starts): the stream's
   // next work (the postprocess reads dQ) then sees both grids' writes.
   ptx::griddep_wait();

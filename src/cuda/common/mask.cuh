@@ -97,18 +97,6 @@ struct Mask {
     return imin(ceil_div(seqlen_k, bn) - 1, (m0 + bm - 1 + diag() + right) / bn);
   }
 
-  // How many key blocks of width bn visit the query tile at m0 (height bm) in the backward: the n
-  // with m_block_begin(n·bn) ≤ m0 / bm < m_block_end(n·bn, ..), both monotone in n, so a range:
-  // from n_block_begin (the first whose last key reaches the tile's first row's window) to the last
-  // whose first key is at most m0 + bm − 1 + diag + right (m_block_begin does not clip the tile's
-  // rows to seqlen_q, and neither does this). 0 for a tile no key block visits.
-  FLASHATTN_HD constexpr int key_blocks_visiting(int m0, int bm, int bn) const {
-    const int last_key_block = ceil_div(seqlen_k, bn) - 1;
-    const int reach = m0 + bm - 1 + diag() + right;  // the last key the tile's rows may see (right ≥ 0)
-    const int last = right < 0 ? last_key_block : reach < 0 ? -1 : imin(last_key_block, reach / bn);
-    return imax(0, last - n_block_begin(m0, bn) + 1);
-  }
-
   // Whether the tile pair (queries [m0, m0 + bm), keys [n0, n0 + bn)) holds any invisible element
   // with a query row < seqlen_q, i.e. whether per-element masking is needed there. Conservative in
   // one way only: it may say true for a tile that is all visible, never false for one that isn't.

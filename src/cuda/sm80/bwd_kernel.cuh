@@ -8,8 +8,7 @@
 //   dP = dO·Vᵀ
 //   dS = P ∘ (dP − D),   D = rowsum(dO ∘ O) from the preprocess   (∘ the transform's slope where it
 //                                                                    varies: common/scores.cuh)
-//   dQ += dS·K   → added into the fp32 workspace with red.global.add (scaled and stored by the
-//                  last key block to add into the tile, or in the postprocess: bwd_dq.cuh)
+//   dQ += dS·K   → added into the fp32 workspace with red.global.add (scaled in the postprocess)
 //   dK += dSᵀ·Q
 // and finally writes dK·scale and dV once. P and dS go through shared memory (16-bit): the
 // transposed products need them as A operands, read back with ldmatrix.trans.
@@ -215,7 +214,6 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   // each SM as soon as this grid's block there finishes, as if they were this grid's own last wave.
   ptx::griddep_launch_dependents();
   bwd_block_part<Elem, kHeadDim, kBigSmem, kSlopeVaries>(p, blockIdx.x, 0, 1);
-  if (p.dq_in_main) convert_finished_dq<Elem, BwdShape<kHeadDim, kBigSmem>, false>(p);
 }
 
 // The split tail (bwd_params.cuh): block j is part j mod split_parts of grid block split_first +
@@ -229,7 +227,6 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_tail_kernel(const __grid_c
   const int parts = p.split_parts;
   bwd_block_part<Elem, kHeadDim, kBigSmem, false, kOrderedSums>(p, p.split_first + blockIdx.x / parts,
                                                                 blockIdx.x % parts, parts);
-  if (p.dq_in_main) convert_finished_dq<Elem, BwdShape<kHeadDim, kBigSmem>, true>(p);
   // Complete only after the main kernel has (it may still run when this grid starts): the stream's
   // next work (the postprocess reads dQ) then sees both grids' writes.
   ptx::griddep_wait();

@@ -7,9 +7,8 @@
 //                                      or row-major where dq_row_major (the sm90 backward)
 //   lse_log2  [heads_q][R]             LSE·log2(e); +inf on padding rows, so P = 0 there
 //   dsum      [heads_q][R]             D = rowsum(dO ∘ O); 0 on padding rows
-//   counters  [heads_q][R / block_m]   how many key blocks have added into each query block's dQ
-//                                      so far (deterministic mode: whose turn it is; dq_in_main:
-//                                      whether this key block was the last, bwd_dq.cuh)
+//   counters  [heads_q][R / block_m]   deterministic mode: how many key blocks have added into
+//                                      each query block's dQ so far
 //   tail_dkv  [split_tail][2][block_n][head_dim]  split tail (below): the parts' dK·scale and dV sums
 //   tail_done [split_tail]             split tail: parts finished, per split key block
 // Split: blocks [split_first, split_first + split_tail) each run as split_parts blocks over
@@ -79,7 +78,6 @@ struct BwdKernelParams {
   int64_t ws_rows = 0;     // R
   int head_dim = 0;        // the instance: dq_accum's row length
   int block_m = 0;         // the tile's, for the pre/postprocess kernels
-  int block_n = 0;         // likewise (the preprocess counts the key blocks visiting a query tile)
   int num_m_blocks = 0;    // ceil(seqlen_q / block_m), of the longest sequence
   int num_n_blocks = 0;    // ceil(seqlen_k / block_n), likewise
   int split_first = 0;     // blocks before it run whole; = the block count when nothing is split
@@ -89,10 +87,6 @@ struct BwdKernelParams {
   int32_t* tail_done = nullptr;
   int64_t tail_zero_vec4 = 0;  // 16-byte words from tail_dkv through tail_done: the preprocess zeroes them
   bool dq_row_major = false;   // dq_accum tiles in plain row order (the sm90 backward's) instead of DqLayout
-  // dQ converted by the main kernel (bwd_dq.cuh's convert_finished_dq: the last key block to add
-  // into a query tile scales it and stores dq) instead of the postprocess; the preprocess then
-  // writes dq = 0 on the tiles no key block visits.
-  bool dq_in_main = false;
   // The sm90 backward's key blocks in parts (split_parts of them, blockIdx.y; the sums in tail_dkv):
   // every part walks part_heads query heads of the group, the first part_heads_extra one more.
   int part_heads = 0, part_heads_extra = 0;

@@ -2,21 +2,17 @@
 // (query block of block_m rows, query head, sequence):
 //   preprocess:  D = rowsum(dO ∘ O) (fp32) and LSE·log2e into the workspace, padding rows of the
 //                tile set to D = 0, LSE = +inf (so the main kernel's P is 0 there); the tile's
-//                dq_accum rows and its counter zeroed, and a share of the split tail's sums and
-//                counters (one launch fewer than a memset of their own); with dq_in_main, dq = 0 on
-//                the tiles no key block visits.
+//                dq_accum rows and its deterministic-mode counter zeroed, and a share of the
+//                split tail's sums and counters (one launch fewer than a memset of their own).
 //   postprocess: dq = dq_accum · softmax_scale, converted to the output dtype, strided store
-//                (dq_accum in the sm80 main kernel's fragment order, or row-major: the sm90 one's);
-//                not launched with dq_in_main, where the main kernel does it (bwd_dq.cuh).
+//                (dq_accum in the sm80 main kernel's fragment order, or row-major: the sm90 one's).
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
-#include "cuda/common/mask.cuh"
 #include "cuda/common/scores.cuh"
 #include "cuda/common/seqlen.cuh"
 #include "cuda/ptx/math.cuh"
-#include "cuda/sm80/bwd_dq_store.cuh"
 #include "cuda/sm80/bwd_launch.hpp"
 #include "cuda/sm80/bwd_tile.cuh"
 
@@ -121,14 +117,48 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const _
   const int n4 = p.block_m * p.head_dim / 4;
   for (int i = tid; i < n4; i += kPrepostThreads) zero[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   if (tid == 0) p.counters[q.ws_row / p.block_m] = 0;
+}
 
-  // With dq_in_main the main kernel stores a query tile's dq when its last key block is done; a tile
-  // no key block visits (every row fully masked, or no keys) gets its zeros here.
-  const Mask mask{q.seq.seqlen_q, q.seq.seqlen_k, p.window_left, p.window_right};
-  if (p.dq_in_main && mask.key_blocks_visiting(q.m0, p.block_m, p.block_n) == 0) {
-    uint16_t* dst = static_cast<uint16_t*>(p.dq) +
-                    gmem_offset(q.b, q.seq.q_offset + q.m0, q.hq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
-    zero_dq_rows<kPrepostThreads>(dst, p.dq_row_stride, min(p.block_m, q.seq.seqlen_q - q.m0), p.hdim_qk / 8);
+// dq = dQ_accum · scale for one query tile, reading the accumulator in the main kernel's order (DqLayout
+// of red width kVec): one chunk is columns c .. c + 7 of rows r (and r + 8 when kVec = 4), 8·kRows
+// consecutive floats.
+template <class Tag, int kVec>
+__device__ void store_dq_tile(const DqLayout& layout, const float* src, uint16_t* dst, int64_t row_stride,
+                              int block_m, int rows, int chunks, float scale) {
+  constexpr int kRows = DqLayout::chunk_rows(kVec);
+  for (int i = threadIdx.x; i < block_m / kRows * chunks; i += kPrepostThreads) {
+    const int j = i / chunks, c = (i % chunks) * 8;
+    const int r = kRows == 1 ? j : j / 8 * 16 + j % 8;
+    if (r >= rows) continue;
+    float v[8 * kRows];
+    const float4* chunk = reinterpret_cast<const float4*>(src + layout.index(r, c));
+#pragma unroll
+    for (int k = 0; k < 2 * kRows; ++k) reinterpret_cast<float4*>(v)[k] = chunk[k];
+#pragma unroll
+    for (int h = 0; h < kRows; ++h) {
+      if (h == 1 && r + 8 >= rows) break;
+      uint32_t packed[4];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        packed[t] = ptx::pack2<Tag>(v[DqLayout::chunk_offset(kVec, h, t, 0)] * scale,
+                                    v[DqLayout::chunk_offset(kVec, h, t, 1)] * scale);
+      }
+      *reinterpret_cast<uint4*>(dst + (r + 8 * h) * row_stride + c) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    }
+  }
+}
+
+// The same for a row-major accumulator tile ([block_m][head_dim]).
+template <class Tag>
+__device__ void store_dq_rows(const float* src, uint16_t* dst, int64_t row_stride, int head_dim, int rows,
+                              int chunks, float scale) {
+  for (int i = threadIdx.x; i < rows * chunks; i += kPrepostThreads) {
+    const int r = i / chunks, c = (i % chunks) * 8;
+    const float4* chunk = reinterpret_cast<const float4*>(src + r * head_dim + c);
+    const float4 a = chunk[0], b = chunk[1];
+    *reinterpret_cast<uint4*>(dst + r * row_stride + c) =
+        make_uint4(ptx::pack2<Tag>(a.x * scale, a.y * scale), ptx::pack2<Tag>(a.z * scale, a.w * scale),
+                   ptx::pack2<Tag>(b.x * scale, b.y * scale), ptx::pack2<Tag>(b.z * scale, b.w * scale));
   }
 }
 
@@ -142,13 +172,11 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_postprocess_kernel(const 
                   gmem_offset(q.b, q.seq.q_offset + q.m0, q.hq, p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride);
   const BwdTile tile = bwd_tile(p.head_dim, false);  // the main kernel's dQ order (bwd_tile.cuh)
   if (p.dq_row_major) {
-    store_dq_rows<Tag, kPrepostThreads>(src, dst, p.dq_row_stride, p.head_dim, rows, p.hdim_qk / 8, p.scale);
+    store_dq_rows<Tag>(src, dst, p.dq_row_stride, p.head_dim, rows, p.hdim_qk / 8, p.scale);
   } else if (dq_red_width(tile) == 4) {
-    store_dq_tile<Tag, 4, kPrepostThreads>(DqLayout(tile, 4), src, dst, p.dq_row_stride, p.block_m, rows,
-                                           p.hdim_qk / 8, p.scale);
+    store_dq_tile<Tag, 4>(DqLayout(tile, 4), src, dst, p.dq_row_stride, p.block_m, rows, p.hdim_qk / 8, p.scale);
   } else {
-    store_dq_tile<Tag, 2, kPrepostThreads>(DqLayout(tile, 2), src, dst, p.dq_row_stride, p.block_m, rows,
-                                           p.hdim_qk / 8, p.scale);
+    store_dq_tile<Tag, 2>(DqLayout(tile, 2), src, dst, p.dq_row_stride, p.block_m, rows, p.hdim_qk / 8, p.scale);
   }
 }
 

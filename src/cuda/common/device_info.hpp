@@ -17,6 +17,10 @@ struct DeviceInfo {
   int compute_capability() const { return cc_major * 10 + cc_minor; }
 };
 
+// Where the families' rules part "fast" from "slow" device memory (bytes/s): the H200's 4.8 TB/s
+// above, the H100's 3.35 below (an unknown bandwidth, 0, counts as slow).
+inline constexpr double kFastMemory = 4e12;
+
 // ok with *info of the current device, or cuda_error naming the failed query. Test overrides
 // (backend/testing.hpp) are applied to the answer.
 Status device_info(DeviceInfo* info);

@@ -119,9 +119,20 @@ namespace {
 // The grid's order (scheduler.cuh's bwd_block_index): key blocks outer where a mask with edges makes
 // the blocks' lengths depend on their key block, so that the longest go first across the whole grid,
 // on tiles made for it (BwdTile::longest_first). Deterministic mode keeps heads outer, the order its
-// dQ turns (bwd_dq.cuh) were measured in.
-bool key_blocks_outer(const BwdParams& p, const BwdTile& tile) {
-  return tile.longest_first && mask_of(p.options).has_mask() && !p.deterministic;
+// dQ turns (bwd_dq.cuh) were measured in. So do short MHA calls, where a head's few key blocks
+// running together read its Q, dO and dQ sums from L2 and the fill gains little: measured (causal,
+// path sm80, one process) on the H100 heads outer 1.03–1.04× at hdim 64 and 1.06–1.07× at 128 up
+// to 2k keys, 0.96× at hdim 128 4k (bench/results/2026-12-06-h100-ceab873-variant-heads-outer-bwd.md);
+// on the H200 (faster memory) 1.014–1.021× at hdim 64 512, 0.99–1.00× at 1k, and at hdim 128
+// 0.98–0.99× from 512 (docs/kernels-sm80-backward.md, "The grid order"). GQA keeps key blocks
+// outer: its blocks are group-times longer, and the fill is what it needs (MQA 2k 1.5×).
+bool key_blocks_outer(const BwdParams& p, const BwdTile& tile, double memory_bandwidth) {
+  if (!tile.longest_first || !mask_of(p.options).has_mask() || p.deterministic) return false;
+  if (p.group_size() == 1) {
+    const int64_t heads_outer_through = memory_bandwidth < kFastMemory ? 2048 : tile.head_dim == 64 ? 512 : 0;
+    if (p.seqlen_k <= heads_outer_through) return false;
+  }
+  return true;
 }
 
 // Whether the device takes the big-shared-memory tile (bwd_tile(.., true)).
@@ -243,6 +254,7 @@ struct BwdPlanDetail {
   BwdRunFn launch_main;
   int head_dim;
   bool big_smem;
+  bool key_blocks_outer;
   WorkspaceLayout workspace;
 };
 
@@ -291,7 +303,7 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
   const bool big_smem = use_big_tile(dev, head_dim);
   const int i = dtype_index(p.dtype);
   FLASHATTN_TRY(inst->bwd_check[i](big_smem));
-  const BwdPlanDetail d{inst->bwd_run[i], head_dim, big_smem,
+  const BwdPlanDetail d{inst->bwd_run[i], head_dim, big_smem, key_blocks_outer(p, tile, dev.memory_bandwidth),
                         workspace_layout(p, head_dim, tile.block_m, tile.block_n, split_for(p, tile, dev.num_sms))};
   plan->workspace_bytes = d.workspace.bytes;
   plan->workspace_alignment = 16;  // the kernels' vector loads and stores of the fp32 sums
@@ -304,7 +316,7 @@ Status run_backward(const Plan& plan, const BwdParams& p) {
   const WorkspaceLayout& w = d.workspace;
   const BwdTile tile = bwd_tile(d.head_dim, false);
   BwdKernelParams k = kernel_params(p, d.head_dim, tile.block_m, tile.block_n, w);
-  k.key_blocks_outer = key_blocks_outer(p, tile);
+  k.key_blocks_outer = d.key_blocks_outer;
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   FLASHATTN_TRY(launch_bwd_preprocess(k, p.dtype, stream));
   FLASHATTN_TRY(d.launch_main(k, stream, d.big_smem));

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/params.hpp"
+#include "cuda/common/device_info.hpp"
 #include "cuda/sm80/bwd_params.cuh"
 
 namespace flashattn::cuda::sm90 {
@@ -26,7 +27,6 @@ constexpr int bwd_block_n(int head_dim) { return head_dim > 128 ? 64 : 128; }
 constexpr bool has_sm90_bwd(int head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 constexpr bool bwd_has_parts(int head_dim) { return head_dim == 128 || head_dim == 256; }
 
-inline constexpr double kFastMemory = 4e12;  // bytes/s: the H200's 4.8 TB/s above, the H100's 3.35 below
 inline constexpr int64_t kSlowMaxGroup = 8;
 
 // What the grid order and "auto" read of a call and the GPU.

@@ -124,7 +124,7 @@ namespace {
 // path sm80, one process) on the H100 heads outer 1.03–1.04× at hdim 64 and 1.06–1.07× at 128 up
 // to 2k keys, 0.96× at hdim 128 4k (bench/results/2026-12-06-h100-ceab873-variant-heads-outer-bwd.md);
 // on the H200 (faster memory) 1.014–1.021× at hdim 64 512, 0.99–1.00× at 1k, and at hdim 128
-// 0.98–0.99× from 512 (docs/kernels-sm80-backward.md, "The grid order"). GQA keeps key blocks
+// 0.99–1.00× at 512, 0.97× at 1k (docs/kernels-sm80-backward.md, "The grid order"). GQA keeps key blocks
 // outer: its blocks are group-times longer, and the fill is what it needs (MQA 2k 1.5×).
 bool key_blocks_outer(const BwdParams& p, const BwdTile& tile, double memory_bandwidth) {
   if (!tile.longest_first || !mask_of(p.options).has_mask() || p.deterministic) return false;

@@ -460,6 +460,28 @@ TEST(CudaBackwardSplit, LastWaveOfEqualBlocks) {
   EXPECT_EQ(split_for(v, tile, 132).tail, 0);
 }
 
+// The sm80 backward's grid order (bwd_plan.cu's key_blocks_outer): key blocks outer under a mask,
+// except deterministic mode, the tiles without that order (hdim 256) and short MHA calls (through 2k
+// keys on the H100's memory, through 512 at hdim 64 on the H200's), where heads outer measured faster.
+TEST(CudaBackwardSplit, GridOrderByMemory) {
+  using flashattn::cuda::sm80::bwd_tile;
+  using flashattn::cuda::sm80::key_blocks_outer;
+  const double h100 = 3.35e12, h200 = 4.8e12;
+  const auto d64 = bwd_tile(64, true), d128 = bwd_tile(128, true), d256 = bwd_tile(256, true);
+  EXPECT_FALSE(key_blocks_outer(bwd_shape(8, 2048, 16, 16, true), d128, h100));
+  EXPECT_TRUE(key_blocks_outer(bwd_shape(4, 4096, 16, 16, true), d128, h100));
+  EXPECT_FALSE(key_blocks_outer(bwd_shape(32, 512, 32, 32, true), d64, h200));
+  EXPECT_TRUE(key_blocks_outer(bwd_shape(16, 1024, 32, 32, true), d64, h200));
+  EXPECT_TRUE(key_blocks_outer(bwd_shape(32, 512, 16, 16, true), d128, h200));
+  EXPECT_FALSE(key_blocks_outer(bwd_shape(8, 2048, 16, 16, true), d128, 0));  // unknown: as slow memory
+  EXPECT_TRUE(key_blocks_outer(bwd_shape(8, 2048, 32, 1, true), d128, h100));  // GQA: the fill
+  EXPECT_FALSE(key_blocks_outer(bwd_shape(4, 4096, 16, 16, false), d128, h100));  // no mask
+  EXPECT_FALSE(key_blocks_outer(bwd_shape(4, 4096, 8, 8, true), d256, h100));    // one order
+  auto det = bwd_shape(4, 4096, 16, 16, true);
+  det.deterministic = true;
+  EXPECT_FALSE(key_blocks_outer(det, d128, h100));
+}
+
 // The sm90 backward's parts (bwd_launch.hpp's bwd_parts, bwd_chains) on 132 SMs. On the H100's
 // memory a part walks at most 4 query heads of a group over 8 (the GQA/MQA rows: 32/8 and 32/4 whole,
 // 32/1 in 8 parts), on the H200's groups stay whole; on both, chain-bound calls (MQA at batch 1) split

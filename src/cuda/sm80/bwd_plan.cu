@@ -116,6 +116,12 @@ BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms) {
 
 namespace {
 
+// Whether the device takes the big-shared-memory tile (bwd_tile(.., true)).
+bool use_big_tile(const DeviceInfo& dev, int head_dim) { return dev.smem_optin >= bwd_tile(head_dim, true).smem_bytes(); }
+
+
+}  // namespace
+
 // The grid's order (scheduler.cuh's bwd_block_index): key blocks outer where a mask with edges makes
 // the blocks' lengths depend on their key block, so that the longest go first across the whole grid,
 // on tiles made for it (BwdTile::longest_first). Deterministic mode keeps heads outer, the order its
@@ -134,12 +140,6 @@ bool key_blocks_outer(const BwdParams& p, const BwdTile& tile, double memory_ban
   }
   return true;
 }
-
-// Whether the device takes the big-shared-memory tile (bwd_tile(.., true)).
-bool use_big_tile(const DeviceInfo& dev, int head_dim) { return dev.smem_optin >= bwd_tile(head_dim, true).smem_bytes(); }
-
-
-}  // namespace
 
 Status check_all_aligned(const BwdParams& p, const char* who) {
   const bool vl = p.is_varlen();

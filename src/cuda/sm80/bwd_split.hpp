@@ -1,5 +1,6 @@
 // Which blocks of the sm80 backward's grid run as parts (bwd_params.cuh's split; bwd_plan.cu's
-// split_for): host code, planned once per call from the shapes and the SM count.
+// split_for) and the grid's order (key_blocks_outer): host code, planned once per call from the
+// shapes and the GPU.
 #pragma once
 
 #include "backend/params.hpp"
@@ -16,6 +17,10 @@ struct BwdSplit {
 };
 
 BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms);
+
+// Whether the grid runs key blocks outer (scheduler.cuh's bwd_block_index) on a GPU whose memory
+// moves memory_bandwidth bytes/s (0: unknown): under a mask with edges, where measured faster.
+bool key_blocks_outer(const BwdParams& p, const BwdTile& tile, double memory_bandwidth);
 
 // The steps (query blocks of block_m rows, times the group's query heads) a backward grid of key
 // blocks of block_n keys walks: in all (every kv head and sequence, varlen counted at the longest

@@ -119,7 +119,6 @@ namespace {
 // Whether the device takes the big-shared-memory tile (bwd_tile(.., true)).
 bool use_big_tile(const DeviceInfo& dev, int head_dim) { return dev.smem_optin >= bwd_tile(head_dim, true).smem_bytes(); }
 
-
 }  // namespace
 
 // The grid's order (scheduler.cuh's bwd_block_index): key blocks outer where a mask with edges makes
@@ -132,13 +131,13 @@ bool use_big_tile(const DeviceInfo& dev, int head_dim) { return dev.smem_optin >
 // on the H200 (faster memory) 1.014–1.021× at hdim 64 512, 0.99–1.00× at 1k, and at hdim 128
 // 0.99–1.00× at 512, 0.97× at 1k (docs/kernels-sm80-backward.md, "The grid order"). GQA keeps key blocks
 // outer: its blocks are group-times longer, and the fill is what it needs (MQA 2k 1.5×).
+constexpr int64_t kSlowHeadsOuterThroughSeqlenK = 2048;   // memory under kFastMemory, MHA, any tile
+constexpr int64_t kFastHeadsOuterThroughSeqlenK64 = 512;  // kFastMemory or more, MHA, hdim 64
 bool key_blocks_outer(const BwdParams& p, const BwdTile& tile, double memory_bandwidth) {
   if (!tile.longest_first || !mask_of(p.options).has_mask() || p.deterministic) return false;
-  if (p.group_size() == 1) {
-    const int64_t heads_outer_through = memory_bandwidth < kFastMemory ? 2048 : tile.head_dim == 64 ? 512 : 0;
-    if (p.seqlen_k <= heads_outer_through) return false;
-  }
-  return true;
+  if (p.group_size() > 1) return true;
+  if (memory_bandwidth < kFastMemory) return p.seqlen_k > kSlowHeadsOuterThroughSeqlenK;
+  return tile.head_dim != 64 || p.seqlen_k > kFastHeadsOuterThroughSeqlenK64;
 }
 
 Status check_all_aligned(const BwdParams& p, const char* who) {

@@ -21,9 +21,9 @@
 //
 // The queries' side is the transposed one (FlashAttention-3's): the wgmma accumulator of Sᵀ has the
 // keys as rows, so P and dS feed dV and dK from registers with no shuffle, and the key-side sums
-// stay in registers. Thread 0 issues the TMA loads of a step two steps ahead (three stages, each
-// freed by the named barrier of the step in between); LSE and D are read by 2·kBlockM threads
-// into shared memory the same two steps ahead.
+// stay in registers. Thread 0 issues the loads of a step two steps ahead (three stages, each freed by
+// the named barrier of the step in between): the TMA boxes of Q and dO and bulk copies of the step's
+// LSE and D rows, all on the stage's barrier.
 //
 // Rows past a sequence: keys past seqlen_k are masked (P = 0) and query rows past seqlen_q have
 // LSE = +inf in the workspace (P = 0); their rows of K, V, Q and dO must also be zeros, or else
@@ -131,7 +131,9 @@ struct BwdMainloop : BwdLoads<Traits> {
   }
 
   // ---- the elementwise part (bwd_tile.cuh's BwdScoreTile) ----------------------------------------
-  __device__ BwdScoreTile score_tile(int k) const { return BwdLoads<Traits>::score_tile(k, row0, 0, g, t); }
+  __device__ BwdScoreTile score_tile(int k, BwdStep at) const {
+    return BwdLoads<Traits>::score_tile(k, at, row0, 0, g, t);
+  }
 
   // Columns 16kk .. 16kk + 15 of an accumulator, packed pairwise: the A fragment of k-step kk.
   __device__ __forceinline__ static void pack(uint32_t (&a)[kN / 16][4], const float (&x)[kN / 2]) {
@@ -150,8 +152,8 @@ struct BwdMainloop : BwdLoads<Traits> {
 
   // red.add of this warpgroup's dQ part into the step's accumulator rows (the accumulator's rows:
   // this warp's 16 of the part's 64 queries).
-  __device__ __forceinline__ void add_dq(const float (&dq)[Traits::kDqCols / 2], int k) const {
-    const int64_t row = kb.ws_row(p, k, Traits::kBlockM) + dq_query_chunk() * kSwizzleCols + row0 % kWarpgroupRows + g;
+  __device__ __forceinline__ void add_dq(const float (&dq)[Traits::kDqCols / 2], BwdStep at) const {
+    const int64_t row = kb.ws_row(p, at) + dq_query_chunk() * kSwizzleCols + row0 % kWarpgroupRows + g;
     add_dq_fragment<Traits::kD, Traits::kDqCols>(p, row, dq_col_chunk() * Traits::kDqCols, t, dq);
   }
 };
@@ -180,14 +182,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   for (int i = 0; i < Traits::kD / 2; ++i) dk[i] = dv[i] = 0.f;
   const float mult = p.scale * kLog2e;  // S → log2-domain logits (plain or prescaled: P's formula is the same)
 
+  BwdStep at = kb.step(0, Traits::kBlockM), ahead = kb.step(kAhead, Traits::kBlockM);  // steps k, k + kAhead
   for (int k = 0; k < kb.steps; ++k) {
     const int s = k % Traits::kStages, buf = k & 1;
-    ml.wait_step(k);
+    ml.wait_step(k, at);
     float st[BwdMainloop<Traits>::kN / 2], dpt[BwdMainloop<Traits>::kN / 2];
     ptx::wgmma_fence();
     ml.issue_transposed_scores(st, sm.k(), sm.q(s));
     ml.issue_transposed_scores(dpt, sm.v(), sm.dout(s));
-    const BwdScoreTile frag = ml.score_tile(k);
+    const BwdScoreTile frag = ml.score_tile(k, at);
     frag.gradients_of_scores(st, dpt, p.scores, mult);
 
     uint32_t pa[BwdMainloop<Traits>::kN / 16][4], da[BwdMainloop<Traits>::kN / 16][4];
@@ -204,9 +207,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::fence_proxy_async_shared_cta();  // dSᵀ's generic stores, before wgmma reads them
     ptx::named_barrier_sync(kDsBarrier, Traits::kThreads);
     // Every thread is past step k − 1's last wait: stage (k + 2) % 3 is free.
-    if (tid == 0 && k + kAhead < kb.steps) ml.load_step(k + kAhead);
-    float next_scalar = 0.f;
-    if (tid < 2 * Traits::kBlockM && k + kAhead < kb.steps) next_scalar = ml.read_row_scalar(k + kAhead);
+    if (tid == 0 && k + kAhead < kb.steps) ml.load_step(k + kAhead, ahead);
 
     float dq[Traits::kDqCols / 2];
     ptx::wgmma_fence();
@@ -215,14 +216,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::wgmma_fence_operand(dq);
     ptx::wgmma_fence_operand(dv);
     ptx::wgmma_fence_operand(dk);
-    ml.wait_dq_turn(k);
+    ml.wait_dq_turn(at);
     if (p.deterministic) __syncthreads();
-    ml.add_dq(dq, k);
+    ml.add_dq(dq, at);
     if (p.deterministic) {
       __syncthreads();  // every thread's additions before the release
-      ml.pass_dq_turn(k);
+      ml.pass_dq_turn(at);
     }
-    if (tid < 2 * Traits::kBlockM && k + kAhead < kb.steps) ml.store_row_scalar(k + kAhead, next_scalar);
+    at = kb.after(at, Traits::kBlockM);
+    ahead = kb.after(ahead, Traits::kBlockM);
   }
   __syncthreads();  // both warpgroups' last products (which read K and V) are waited for
   const BwdKeyBlock end = key_block_after_walk<kParts>(kb, p);

@@ -101,8 +101,8 @@ struct BwdWideMainloop : BwdLoads<Traits> {
   }
 
   // The step's elementwise view (bwd_tile.cuh): this warp's 16 keys, this warpgroup's 32 queries.
-  __device__ BwdScoreTile score_tile(int k) const {
-    return BwdLoads<Traits>::score_tile(k, row0, wg * Traits::kQueries, g, t);
+  __device__ BwdScoreTile score_tile(int k, BwdStep at) const {
+    return BwdLoads<Traits>::score_tile(k, at, row0, wg * Traits::kQueries, g, t);
   }
   // This warpgroup's columns of Pᵀ or dSᵀ (its fragment as `frag` maps it) into the 128B-swizzled
   // [key][query] tile.
@@ -113,8 +113,8 @@ struct BwdWideMainloop : BwdLoads<Traits> {
   }
 
   // red.add of this warpgroup's dQ columns into the step's accumulator rows.
-  __device__ __forceinline__ void add_dq(const float (&dq)[Traits::kHalf / 2], int k) const {
-    add_dq_fragment<Traits::kD, Traits::kHalf>(p, kb.ws_row(p, k, Traits::kBlockM) + row0 + g, wg * Traits::kHalf, t,
+  __device__ __forceinline__ void add_dq(const float (&dq)[Traits::kHalf / 2], BwdStep at) const {
+    add_dq_fragment<Traits::kD, Traits::kHalf>(p, kb.ws_row(p, at) + row0 + g, wg * Traits::kHalf, t,
                                                dq);
   }
 };
@@ -142,21 +142,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   for (int i = 0; i < Traits::kHalf / 2; ++i) dk[i] = dv[i] = 0.f;
   const float mult = p.scale * kLog2e;
 
+  BwdStep at = kb.step(0, Traits::kBlockM), ahead = kb.step(kAhead, Traits::kBlockM);  // steps k, k + kAhead
   for (int k = 0; k < kb.steps; ++k) {
     const int s = k % Traits::kStages;
-    ml.wait_step(k);
+    ml.wait_step(k, at);
     float st[Traits::kQueries / 2], dpt[Traits::kQueries / 2];
     ptx::wgmma_fence();
     ml.issue_transposed_scores(st, sm.k(), sm.q(s));
     ml.issue_transposed_scores(dpt, sm.v(), sm.dout(s));
-    const BwdScoreTile frag = ml.score_tile(k);
+    const BwdScoreTile frag = ml.score_tile(k, at);
     frag.gradients_of_scores(st, dpt, p.scores, mult);
     ml.store_tile(frag, st, BwdWideMainloop<Traits>::kP);
     ml.store_tile(frag, dpt, BwdWideMainloop<Traits>::kDS);
     ptx::fence_proxy_async_shared_cta();  // the generic stores, before wgmma reads them
     ptx::named_barrier_sync(kDsBarrier, Traits::kThreads);
-    float next_scalar = 0.f;
-    if (tid < 2 * Traits::kBlockM && k + kAhead < kb.steps) next_scalar = ml.read_row_scalar(k + kAhead);
 
     float dq[Traits::kHalf / 2];
     ptx::wgmma_fence_operand(dv);
@@ -170,15 +169,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ptx::wgmma_fence_operand(dq);
     ptx::wgmma_fence_operand(dv);
     ptx::wgmma_fence_operand(dk);
-    ml.wait_dq_turn(k);
+    ml.wait_dq_turn(at);
     if (p.deterministic) __syncthreads();
-    ml.add_dq(dq, k);  // the warpgroups' columns are disjoint: no order between them
+    ml.add_dq(dq, at);  // the warpgroups' columns are disjoint: no order between them
     // Both warpgroups are past this step's products (and its dQ additions): the stage and the two
     // tiles are free, and the dQ turn may pass on.
     ptx::named_barrier_sync(kStepEndBarrier, Traits::kThreads);
-    ml.pass_dq_turn(k);
-    if (tid == 0 && k + kAhead < kb.steps) ml.load_step(k + kAhead);
-    if (tid < 2 * Traits::kBlockM && k + kAhead < kb.steps) ml.store_row_scalar(k + kAhead, next_scalar);
+    ml.pass_dq_turn(at);
+    if (tid == 0 && k + kAhead < kb.steps) ml.load_step(k + kAhead, ahead);
+    at = kb.after(at, Traits::kBlockM);
+    ahead = kb.after(ahead, Traits::kBlockM);
   }
   __syncthreads();  // both warpgroups' last products (which read K and V) are waited for
   const BwdKeyBlock end = key_block_after_walk<kParts>(kb, p);

@@ -17,6 +17,7 @@
 #include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/ptx/globaltimer.cuh"
+#include "cuda/ptx/bulk_copy.cuh"
 #include "cuda/ptx/ld_acquire.cuh"
 #include "cuda/ptx/math.cuh"
 #include "cuda/ptx/mbarrier.cuh"
@@ -79,6 +80,8 @@ struct BwdSmem {
   __device__ uint32_t ds(int b) const { return base + Traits::kDS + b * Traits::kDsBytes; }
   __device__ float* lse(int s) const { return row_scalars + s * 2 * Traits::kBlockM; }
   __device__ float* dsum(int s) const { return lse(s) + Traits::kBlockM; }
+  // Stage s's LSE·log2e rows, then its D rows, as a shared-window address (the bulk copies' target).
+  __device__ uint32_t row_scalars_at(int s) const { return base + Traits::kRowScalars + s * 2 * Traits::kBlockM * 4; }
   __device__ uint32_t kv_full() const { return bars; }
   __device__ uint32_t q_full(int s) const { return bars + 8 * (1 + s); }
 
@@ -96,6 +99,11 @@ struct BwdSmem {
 // the group's query heads, head-major; a key block in parts (the kernels' kParts instances, the plan's
 // bwd_parts) walks those of its part's query heads only, from query head head0 on, and adds its dK
 // and dV into the key block's fp32 sums (add_key_side_part).
+// One step of a key block's walk: query head `head`, the query block at row m0.
+struct BwdStep {
+  int head, m0;
+};
+
 struct BwdKeyBlock {
   int batch, head_kv, n0;
   SeqLens seq;
@@ -109,11 +117,21 @@ struct BwdKeyBlock {
   // Whether the CTA's keys exist: past a varlen sequence's end there is nothing to compute or write.
   __device__ bool has_keys() const { return n0 < seq.seqlen_k; }
 
-  __device__ int head(int k) const { return head0 + k / m_count; }
-  __device__ int m0(int k, int bm) const { return (m_begin + k % m_count) * bm; }
+  // Step k's query head and first query row: divided out of k where a walk starts, then carried from
+  // step to step (after()): ncu had the division at 4-5 % of the D = 64 kernel's stall samples when
+  // every step divided.
+  __device__ BwdStep step(int k, int bm) const { return {head0 + k / m_count, (m_begin + k % m_count) * bm}; }
+  __device__ BwdStep after(BwdStep s, int bm) const {
+    s.m0 += bm;
+    if (s.m0 == (m_begin + m_count) * bm) {
+      s.m0 = m_begin * bm;
+      ++s.head;
+    }
+    return s;
+  }
   // Workspace row (of all heads) of the step's first query row.
-  __device__ int64_t ws_row(const BwdKernelParams& p, int k, int bm) const {
-    return int64_t{head(k)} * p.ws_rows + ws_row0 + m0(k, bm);
+  __device__ int64_t ws_row(const BwdKernelParams& p, BwdStep s) const {
+    return int64_t{s.head} * p.ws_rows + ws_row0 + s.m0;
   }
 };
 
@@ -180,9 +198,30 @@ struct BwdScoreTile {
 
   __device__ int key(int e) const { return key0 + g + (e >= 2 ? 8 : 0); }
   __device__ int query(int j, int e) const { return query0 + 8 * j + 2 * t + (e & 1); }
-  // x, or −inf where the element is masked.
-  __device__ float masked_score(float x, int j, int e) const {
-    return masked && !kb.mask.visible(m0 + query(j, e), kb.n0 + key(e)) ? kMaskedScore : x;
+  // The mask on this thread's elements, for a tile that needs it: of each of its two keys (rows e / 2
+  // of the fragment: keys key(0) and key(2)) the visible queries, as the distances of the thread's
+  // first query (query(0, 0)) past the first visible one and short of the end, so that element (j, e)
+  // (query(0, 0) + 8j + (e & 1)) is visible iff after[e / 2] + 8j + (e & 1) ≥ 0 and
+  // before[e / 2] − 8j − (e & 1) > 0: two compares with immediates per element. The callers branch
+  // on `masked` once per tile: tested per element, as Mask::visible behind `masked &&`, it was a
+  // branch around every exp2 on every tile (11 % of the D = 64 kernel's stall samples, in branch
+  // resolving, without any mask).
+  struct RowBounds {
+    int after[2], before[2];
+  };
+  __device__ RowBounds row_bounds() const {
+    RowBounds b;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int k = kb.n0 + key(2 * h), q = m0 + query(0, 0);
+      b.after[h] = q - kb.mask.query_begin(k);
+      b.before[h] = kb.mask.query_end(k) - q;
+    }
+    return b;
+  }
+  __device__ static float masked_score(float x, const RowBounds& b, int j, int e) {
+    const int d = 8 * j + (e & 1);
+    return b.after[e / 2] + d >= 0 && b.before[e / 2] - d > 0 ? x : kMaskedScore;
   }
   __device__ float2 pair(const float* row_scalars, int j) const {
     return *reinterpret_cast<const float2*>(row_scalars + query(j, 0));
@@ -191,12 +230,14 @@ struct BwdScoreTile {
   // Pᵀ = exp2(Sᵀ·mult − LSE·log2e) in place of Sᵀ (mult = scale·log2e: plain and prescaled scores).
   template <int kFloats>
   __device__ __forceinline__ void probabilities(float (&s)[kFloats], float mult) const {
+    RowBounds b{{1 << 20, 1 << 20}, {1 << 20, 1 << 20}};
+    if (masked) b = row_bounds();
 #pragma unroll
     for (int j = 0; j < kFloats / 4; ++j) {
       const float2 l = pair(lse, j);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[4 * j + e] = ptx::exp2_approx(masked_score(fmaf(s[4 * j + e], mult, -(e & 1 ? l.y : l.x)), j, e));
+        s[4 * j + e] = ptx::exp2_approx(masked_score(fmaf(s[4 * j + e], mult, -(e & 1 ? l.y : l.x)), b, j, e));
       }
     }
   }
@@ -240,13 +281,17 @@ struct BwdScoreTile {
   template <int kFloats>
   __device__ __forceinline__ void with_varying_slope(float (&s)[kFloats], float (&dp)[kFloats],
                                                      const ScoreTransform& sc) const {
+    // A tile without the mask takes bounds that pass every element (one code path: soft-capped
+    // calls are the slower kind anyway).
+    RowBounds b{{1 << 20, 1 << 20}, {1 << 20, 1 << 20}};
+    if (masked) b = row_bounds();
 #pragma unroll
     for (int j = 0; j < kFloats / 4; ++j) {
       const float2 l = pair(lse, j), d = pair(dsum, j);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const SlopedScore t = sloped_score(s[4 * j + e], sc);
-        const float pr = ptx::exp2_approx(masked_score(t.x - (e & 1 ? l.y : l.x), j, e));
+        const float pr = ptx::exp2_approx(masked_score(t.x - (e & 1 ? l.y : l.x), b, j, e));
         s[4 * j + e] = pr;
         dp[4 * j + e] = pr * (dp[4 * j + e] - (e & 1 ? d.y : d.x)) * t.slope;
       }
@@ -286,9 +331,15 @@ struct BwdLoads {
   const BwdKeyBlock& kb;
   int tid;
 
-  __device__ void load_step(int k) const {
-    const int s = k % Traits::kStages, head = kb.head(k), m0 = kb.m0(k, Traits::kBlockM);
-    ptx::mbarrier_arrive_expect_tx(sm.q_full(s), 2 * Traits::kQBytes);
+  // Thread 0: step k's Q and dO boxes and its LSE·log2e and D rows (the workspace's, kBlockM floats
+  // each from the step's workspace row: always inside the workspace, whose query tiles are whole)
+  // into stage k % kStages, all on the stage's barrier. The rows by the copy engine too: read by
+  // the threads into registers and stored, they made every warp wait on an L2 round trip per step
+  // (ncu at D = 64: 7.6 % of the stall samples on the store).
+  static constexpr uint32_t kRowBytes = Traits::kBlockM * 4;
+  __device__ void load_step(int k, BwdStep at) const {
+    const int s = k % Traits::kStages, head = at.head, m0 = at.m0;
+    ptx::mbarrier_arrive_expect_tx(sm.q_full(s), 2 * Traits::kQBytes + 2 * kRowBytes);
 #pragma unroll
     for (int c = 0; c < Traits::kChunks; ++c) {
       ptx::tma_load(sm.q(s) + c * Traits::kQChunkBytes, tm_q, sm.q_full(s), c * kSwizzleCols, kb.q_row0 + m0, head,
@@ -296,6 +347,9 @@ struct BwdLoads {
       ptx::tma_load(sm.dout(s) + c * Traits::kQChunkBytes, tm_do, sm.q_full(s), c * kSwizzleCols, kb.q_row0 + m0,
                     head, kb.tma_batch);
     }
+    const int64_t row = kb.ws_row(p, at);
+    ptx::bulk_load(sm.row_scalars_at(s), p.lse_log2 + row, kRowBytes, sm.q_full(s));
+    ptx::bulk_load(sm.row_scalars_at(s) + kRowBytes, p.dsum + row, kRowBytes, sm.q_full(s));
   }
   // ---- the CTA's start and each step's ---------------------------------------------------------
   // Loads issued this many steps ahead (each kernel's ring has at least as many stages).
@@ -321,10 +375,7 @@ struct BwdLoads {
         ptx::tma_load(sm.v() + c * Traits::kKVChunkBytes, tm_v, sm.kv_full(), c * kSwizzleCols, kb.k_row0 + kb.n0,
                       kb.head_kv, kb.tma_batch);
       }
-      for (int k = 0; k < kAhead && k < kb.steps; ++k) load_step(k);
-    }
-    if (tid < 2 * Traits::kBlockM) {
-      for (int k = 0; k < kAhead && k < kb.steps; ++k) store_row_scalar(k, read_row_scalar(k));
+      for (int k = 0; k < kAhead && k < kb.steps; ++k) load_step(k, kb.step(k, Traits::kBlockM));
     }
     __syncthreads();
     if (kb.steps > 0) {
@@ -334,14 +385,14 @@ struct BwdLoads {
   }
 
   // Step k's Q and dO are in shared memory (with a varlen tail zeroed).
-  __device__ void wait_step(int k) const {
+  __device__ void wait_step(int k, BwdStep at) const {
     ptx::mbarrier_wait(sm.q_full(k % Traits::kStages), (k / Traits::kStages) & 1);
-    zero_query_tail(k);
+    zero_query_tail(k, at);
   }
 
   // The step's elementwise view for a warp whose fragment starts at key key0, query query0.
-  __device__ BwdScoreTile score_tile(int k, int key0, int query0, int g, int t) const {
-    const int s = k % Traits::kStages, m0 = kb.m0(k, Traits::kBlockM);
+  __device__ BwdScoreTile score_tile(int k, BwdStep at, int key0, int query0, int g, int t) const {
+    const int s = k % Traits::kStages, m0 = at.m0;
     return {sm.lse(s), sm.dsum(s), kb, m0, kb.mask.tile_needs_mask(m0, Traits::kBlockM, kb.n0, Traits::kBlockN),
             key0, query0, g, t};
   }
@@ -354,36 +405,25 @@ struct BwdLoads {
   // a whole chain of steps takes milliseconds) traps, an error instead of a hang.
   static constexpr uint64_t kTurnTimeoutNs = uint64_t{20} * 1000 * 1000 * 1000;
 
-  __device__ int32_t* dq_counter(int k) const {
-    return p.counters + kb.ws_row(p, k, Traits::kBlockM) / Traits::kBlockM;
-  }
+  __device__ int32_t* dq_counter(BwdStep at) const { return p.counters + kb.ws_row(p, at) / Traits::kBlockM; }
 
   // Thread 0: until the key blocks before this one have added into step k's query tile (the barrier
   // after it holds the others).
-  __device__ void wait_dq_turn(int k) const {
+  __device__ void wait_dq_turn(BwdStep at) const {
     if (!p.deterministic || tid != 0) return;
-    const int m0 = kb.m0(k, Traits::kBlockM), n_block = kb.n0 / Traits::kBlockN;
+    const int m0 = at.m0, n_block = kb.n0 / Traits::kBlockN;
     const int turn = p.window_right >= 0 ? kb.mask.last_n_block_visiting(m0, Traits::kBlockM, Traits::kBlockN) - n_block
                                          : n_block - kb.mask.n_block_begin(m0, Traits::kBlockN);
-    const int32_t* counter = dq_counter(k);
+    const int32_t* counter = dq_counter(at);
     const uint64_t start = ptx::globaltimer_ns();
     while (ptx::ld_acquire_s32(counter) != turn) {
       if (ptx::globaltimer_ns() - start > kTurnTimeoutNs) __trap();
     }
   }
   // Thread 0, after the barrier that follows every thread's dQ additions of step k.
-  __device__ void pass_dq_turn(int k) const {
-    if (p.deterministic && tid == 0) ptx::red_release_add_s32(dq_counter(k), 1);
+  __device__ void pass_dq_turn(BwdStep at) const {
+    if (p.deterministic && tid == 0) ptx::red_release_add_s32(dq_counter(at), 1);
   }
-
-  // Thread tid < 2·kBlockM's LSE·log2e (tid < kBlockM) or D (the next kBlockM threads) of row
-  // tid % kBlockM of step k.
-  static_assert(2 * Traits::kBlockM <= Traits::kThreads, "a thread for each of a step's LSE and D");
-  __device__ float read_row_scalar(int k) const {
-    const int64_t row = kb.ws_row(p, k, Traits::kBlockM) + tid % Traits::kBlockM;
-    return tid < Traits::kBlockM ? p.lse_log2[row] : p.dsum[row];
-  }
-  __device__ void store_row_scalar(int k, float x) const { sm.lse(k % Traits::kStages)[tid] = x; }
 
   // Varlen: the rows a box loaded past the sequence (the next sequence's, or packed rows of none,
   // which may hold anything, NaN too) zeroed in shared memory: P = 0 and dS = 0 there do not keep
@@ -404,8 +444,8 @@ struct BwdLoads {
     __syncthreads();
   }
   // The Q and dO rows of step k past seqlen_q (the sequence's last query block only).
-  __device__ void zero_query_tail(int k) const {
-    const int first = kb.seq.seqlen_q - kb.m0(k, Traits::kBlockM);
+  __device__ void zero_query_tail(int k, BwdStep at) const {
+    const int first = kb.seq.seqlen_q - at.m0;
     if (!kb.varlen || first >= Traits::kBlockM) return;
     const int s = k % Traits::kStages;
     zero_rows<Traits::kQChunkBytes>(Traits::kQ + s * Traits::kQBytes, Traits::kBlockM, first);

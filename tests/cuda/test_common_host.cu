@@ -671,8 +671,12 @@ TEST(CudaSm90BackwardPlan, GridOrderCoversTheGridOnce) {
   // The H200's memory: D = 256 under 4k keys.
   EXPECT_EQ(order_pairs(8, 2048, 8, 8, 256, kH200), 5);
   EXPECT_EQ(order_pairs(32, 512, 8, 8, 256, kH200), 17);
-  // One group of every pair: long keys, MQA, D = 64 and 128 and D = 256 from 4k on the H200's memory.
-  EXPECT_EQ(order_pairs(1, 8192, 8, 8, 256, kH100), 8);
+  EXPECT_EQ(order_pairs(2, 8192, 32, 32, 64, kH100), 3);  // D = 64 and 256 under 16k keys
+  EXPECT_EQ(order_pairs(1, 8192, 8, 8, 256, kH100), 2);
+  // One group of every pair: long keys, MQA, D = 128 from 8k keys on the H100's memory, D = 64 and
+  // 128 and D = 256 from 4k on the H200's.
+  EXPECT_EQ(order_pairs(2, 8192, 16, 16, 128, kH100), 32);
+  EXPECT_EQ(order_pairs(1, 16384, 32, 32, 64, kH100), 32);
   EXPECT_EQ(order_pairs(16, 2048, 32, 1, 128, kH100), 16);
   EXPECT_EQ(order_pairs(8, 2048, 16, 16, 128, kH200), 128);
   EXPECT_EQ(order_pairs(8, 4096, 8, 8, 256, kH200), 64);

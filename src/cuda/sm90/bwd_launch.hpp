@@ -43,17 +43,22 @@ struct BackwardCall {
 // and dO and add into the dQ of that many pairs (L2 holds them) rather than of every pair. Grouped
 // where that measured faster than one group of every pair (docs/kernels-sm90-backward.md, "The grid
 // order"), up to kSlowMaxGroup query heads a CTA (MQA's long chains want the longest blocks first):
-// on memory slower than kFastMemory (the H100) under kGroupedOrderBelowSeqlenK keys (from there a
-// pair's key blocks fill most of a wave and the late groups' longest blocks make a tail); on faster
-// memory (the H200) at D = 256 under kFastGroupedOrderBelowSeqlenK keys (1.32-1.47 x one group at
-// 512-2k keys, 0.96 x at 4k; D = 64 and 128 within 3 % of one group either way, GQA 32/4 at 2k 0.88 x:
-// bench/results/2026-12-06-h200-78698b2-sm90-bwd-variants.md). `pairs`: heads_kv · batch, at least 1.
-inline constexpr int64_t kGroupedOrderBelowSeqlenK = 8192;
+// on memory slower than kFastMemory (the H100) under kGroupedOrderBelowSeqlenK keys, D = 128 under
+// kGroupedOrderBelowSeqlenK128 (from there a pair's key blocks fill most of a wave and the late
+// groups' longest blocks make a tail); on faster memory (the H200) at D = 256 under
+// kFastGroupedOrderBelowSeqlenK keys (1.32-1.47 x one group at 512-2k keys, 0.96 x at 4k; D = 64 and
+// 128 within 3 % of one group either way, GQA 32/4 at 2k 0.88 x, with the kernels before c082bf4:
+// bench/results/2026-12-06-h200-78698b2-sm90-bwd-variants.md). On the H100 with c082bf4's kernels
+// (2026-12-06-h100-91085d3-variant-grid-order-bwd.md), at 8k keys grouped × one group: D = 64 1.46
+// (one group, its 64 pairs ran at 37 % L2 hits), D = 256 1.06, D = 128 0.97; at 16k 0.99 at D = 64,
+// 128 and 256 (GQA 32/8 and 32/4 1.05 / 1.07). `pairs`: heads_kv · batch, at least 1.
+inline constexpr int64_t kGroupedOrderBelowSeqlenK = 16384;
+inline constexpr int64_t kGroupedOrderBelowSeqlenK128 = 8192;
 inline constexpr int64_t kFastGroupedOrderBelowSeqlenK = 4096;
 constexpr bool bwd_grouped_order(const BackwardCall& c) {
   if (c.group > kSlowMaxGroup) return false;
   if (c.memory_bandwidth >= kFastMemory) return c.head_dim == 256 && c.seqlen_k < kFastGroupedOrderBelowSeqlenK;
-  return c.seqlen_k < kGroupedOrderBelowSeqlenK;
+  return c.seqlen_k < (c.head_dim == 128 ? kGroupedOrderBelowSeqlenK128 : kGroupedOrderBelowSeqlenK);
 }
 constexpr int bwd_order_pairs(const BackwardCall& c, int pairs, int num_sms) {
   if (!bwd_grouped_order(c)) return pairs;

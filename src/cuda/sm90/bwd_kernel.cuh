@@ -36,7 +36,6 @@
 #include <cuda.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/common/mask.cuh"
 #include "cuda/common/scores.cuh"
@@ -187,33 +186,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   for (int k = 0; k < kb.steps; ++k) {
     const int s = k % Traits::kStages, buf = k & 1;
     ml.wait_step(k, at);
-    // The step's scores up to dV's and dK's products, in two copies: steps whose tile needs the mask
-    // apply it per element, the others carry no trace of it (tested per element on every step, it
-    // was a branch around every exp2: bwd_tile.cuh's BwdScoreTile).
+    float st[BwdMainloop<Traits>::kN / 2], dpt[BwdMainloop<Traits>::kN / 2];
+    ptx::wgmma_fence();
+    ml.issue_transposed_scores(st, sm.k(), sm.q(s));
+    ml.issue_transposed_scores(dpt, sm.v(), sm.dout(s));
     const BwdScoreTile frag = ml.score_tile(k, at);
-    const auto key_side = [&](auto masked) {
-      float st[BwdMainloop<Traits>::kN / 2], dpt[BwdMainloop<Traits>::kN / 2];
-      ptx::wgmma_fence();
-      ml.issue_transposed_scores(st, sm.k(), sm.q(s));
-      ml.issue_transposed_scores(dpt, sm.v(), sm.dout(s));
-      frag.template gradients_of_scores<decltype(masked)::value>(st, dpt, p.scores, mult);
+    frag.gradients_of_scores(st, dpt, p.scores, mult);
 
-      uint32_t pa[BwdMainloop<Traits>::kN / 16][4], da[BwdMainloop<Traits>::kN / 16][4];
-      BwdMainloop<Traits>::pack(pa, st);
-      BwdMainloop<Traits>::pack(da, dpt);
-      ml.store_ds(frag, dpt, buf);
-      ptx::wgmma_fence_operand(dv);
-      ptx::wgmma_fence_operand(dk);
-      ptx::wgmma_fence();
-      ml.issue_key_side(dv, pa, sm.dout(s));
-      ml.issue_key_side(dk, da, sm.q(s));
-      ptx::wgmma_commit();
-    };
-    if (frag.masked) {
-      key_side(std::true_type{});
-    } else {
-      key_side(std::false_type{});
-    }
+    uint32_t pa[BwdMainloop<Traits>::kN / 16][4], da[BwdMainloop<Traits>::kN / 16][4];
+    BwdMainloop<Traits>::pack(pa, st);
+    BwdMainloop<Traits>::pack(da, dpt);
+    ml.store_ds(frag, dpt, buf);
+    ptx::wgmma_fence_operand(dv);
+    ptx::wgmma_fence_operand(dk);
+    ptx::wgmma_fence();
+    ml.issue_key_side(dv, pa, sm.dout(s));
+    ml.issue_key_side(dk, da, sm.q(s));
+    ptx::wgmma_commit();
 
     ptx::fence_proxy_async_shared_cta();  // dSᵀ's generic stores, before wgmma reads them
     ptx::named_barrier_sync(kDsBarrier, Traits::kThreads);

@@ -19,7 +19,6 @@
 #include <cuda.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/common/mask.cuh"
 #include "cuda/common/scores.cuh"
@@ -147,23 +146,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   for (int k = 0; k < kb.steps; ++k) {
     const int s = k % Traits::kStages;
     ml.wait_step(k, at);
-    // Sᵀ and dPᵀ up to P's and dS's stores, in two copies: steps whose tile needs the mask apply it per
-    // element, the others carry no trace of it (bwd_kernel.cuh's key_side says why).
+    float st[Traits::kQueries / 2], dpt[Traits::kQueries / 2];
+    ptx::wgmma_fence();
+    ml.issue_transposed_scores(st, sm.k(), sm.q(s));
+    ml.issue_transposed_scores(dpt, sm.v(), sm.dout(s));
     const BwdScoreTile frag = ml.score_tile(k, at);
-    const auto scores = [&](auto masked) {
-      float st[Traits::kQueries / 2], dpt[Traits::kQueries / 2];
-      ptx::wgmma_fence();
-      ml.issue_transposed_scores(st, sm.k(), sm.q(s));
-      ml.issue_transposed_scores(dpt, sm.v(), sm.dout(s));
-      frag.template gradients_of_scores<decltype(masked)::value>(st, dpt, p.scores, mult);
-      ml.store_tile(frag, st, BwdWideMainloop<Traits>::kP);
-      ml.store_tile(frag, dpt, BwdWideMainloop<Traits>::kDS);
-    };
-    if (frag.masked) {
-      scores(std::true_type{});
-    } else {
-      scores(std::false_type{});
-    }
+    frag.gradients_of_scores(st, dpt, p.scores, mult);
+    ml.store_tile(frag, st, BwdWideMainloop<Traits>::kP);
+    ml.store_tile(frag, dpt, BwdWideMainloop<Traits>::kDS);
     ptx::fence_proxy_async_shared_cta();  // the generic stores, before wgmma reads them
     ptx::named_barrier_sync(kDsBarrier, Traits::kThreads);
 

@@ -198,29 +198,23 @@ struct BwdScoreTile {
 
   __device__ int key(int e) const { return key0 + g + (e >= 2 ? 8 : 0); }
   __device__ int query(int j, int e) const { return query0 + 8 * j + 2 * t + (e & 1); }
-
-  // x, or −inf where the element is masked. Applied in the kernels' copy of a step for tiles that
-  // need the mask (kMasked below), never tested on the others: behind `masked && !visible(...)` on
-  // every step it was a branch around every exp2 (11 % of the D = 64 kernel's stall samples, in
-  // branch resolving, without any mask); branch-free on every step (bounds per key, or zeroing the
-  // masked entries after the exp2s) made ptxas spill at D = 64.
+  // x, or −inf where the element is masked.
   __device__ float masked_score(float x, int j, int e) const {
-    return kb.mask.visible(m0 + query(j, e), kb.n0 + key(e)) ? x : kMaskedScore;
+    return masked && !kb.mask.visible(m0 + query(j, e), kb.n0 + key(e)) ? kMaskedScore : x;
   }
   __device__ float2 pair(const float* row_scalars, int j) const {
     return *reinterpret_cast<const float2*>(row_scalars + query(j, 0));
   }
 
   // Pᵀ = exp2(Sᵀ·mult − LSE·log2e) in place of Sᵀ (mult = scale·log2e: plain and prescaled scores).
-  template <bool kMasked, int kFloats>
+  template <int kFloats>
   __device__ __forceinline__ void probabilities(float (&s)[kFloats], float mult) const {
 #pragma unroll
     for (int j = 0; j < kFloats / 4; ++j) {
       const float2 l = pair(lse, j);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float x = fmaf(s[4 * j + e], mult, -(e & 1 ? l.y : l.x));
-        s[4 * j + e] = ptx::exp2_approx(kMasked ? masked_score(x, j, e) : x);
+        s[4 * j + e] = ptx::exp2_approx(masked_score(fmaf(s[4 * j + e], mult, -(e & 1 ? l.y : l.x)), j, e));
       }
     }
   }
@@ -239,20 +233,18 @@ struct BwdScoreTile {
   // Sᵀ and dPᵀ issued (two wgmma groups, Sᵀ first) → Pᵀ in place of Sᵀ and dSᵀ in place of dPᵀ: P
   // while dPᵀ's product still runs; where the score transform's slope varies, both in one pass once
   // both are done.
-  // kMasked: the step's tile needs the mask (Mask::tile_needs_mask; the kernels' copy of the step for
-  // those), applied per element.
-  template <bool kMasked, int kFloats>
+  template <int kFloats>
   __device__ __forceinline__ void gradients_of_scores(float (&s)[kFloats], float (&dp)[kFloats],
                                                       const ScoreTransform& sc, float mult) const {
     if (score_slope_varies(sc)) {
       ptx::wgmma_wait<0>();
       ptx::wgmma_fence_operand(s);
       ptx::wgmma_fence_operand(dp);
-      with_varying_slope<kMasked>(s, dp, sc);
+      with_varying_slope(s, dp, sc);
     } else {
       ptx::wgmma_wait<1>();
       ptx::wgmma_fence_operand(s);
-      probabilities<kMasked>(s, mult);
+      probabilities(s, mult);
       ptx::wgmma_wait<0>();
       ptx::wgmma_fence_operand(dp);
       score_gradients(dp, s);
@@ -263,7 +255,7 @@ struct BwdScoreTile {
   // place of Sᵀ and dSᵀ = Pᵀ∘(dPᵀ − D)·slope in place of dPᵀ, in one pass once both products are
   // done (the slope from the same transform P is made of; the scale is applied to dK and dQ at the
   // end, as for plain scores).
-  template <bool kMasked, int kFloats>
+  template <int kFloats>
   __device__ __forceinline__ void with_varying_slope(float (&s)[kFloats], float (&dp)[kFloats],
                                                      const ScoreTransform& sc) const {
 #pragma unroll
@@ -272,8 +264,7 @@ struct BwdScoreTile {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const SlopedScore t = sloped_score(s[4 * j + e], sc);
-        const float x = t.x - (e & 1 ? l.y : l.x);
-        const float pr = ptx::exp2_approx(kMasked ? masked_score(x, j, e) : x);
+        const float pr = ptx::exp2_approx(masked_score(t.x - (e & 1 ? l.y : l.x), j, e));
         s[4 * j + e] = pr;
         dp[4 * j + e] = pr * (dp[4 * j + e] - (e & 1 ? d.y : d.x)) * t.slope;
       }

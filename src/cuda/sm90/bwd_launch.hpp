@@ -75,10 +75,9 @@ constexpr int bwd_order_pairs(const BackwardCall& c, int pairs, int num_sms) {
 // thresholds are where each measured faster (C API, sm90 / sm80 in one process; in bench/results: the
 // H200's 2026-12-06-h200-78698b2-sm90-bwd-variants.md, the H100's 2026-12-05-h100-72dbf94-sm90-bwd.md
 // and 2026-12-06-h100-7c39f46-sm90-bwd-grid-varlen.md; docs/kernels-sm90-backward.md): unmasked D = 64
-// 1.02-1.04 x at 512-1k on both. (c082bf4's kernel, whose mask had no branch per element, ran masked
-// D = 64 and 128 at 1.14-1.45 x sm80's from 512 keys on the H100, and 91085d3 took them from any
-// length; it spilled, and the kernel now tests the mask per element again, so the thresholds are the
-// earlier kernel's: docs/kernels-sm90-backward.md.) Calls whose key blocks run in parts
+// 1.02-1.04 x at 512-1k on both; they were measured with the mask tested per element, as now (a form
+// without that branch ran masked D = 64 and 128 above sm80's from 512 keys but spilled:
+// docs/kernels-sm90-backward.md, "The mask's form"). Calls whose key blocks run in parts
 // (bwd_parts) are read per CTA (a part's query heads): 1.11-1.20 x sm80's on both GPUs (MQA 32/1 rows
 // on the H100, batch-1 MQA and GQA on both: 2026-12-06-h100-7c39f46-sm90-bwd-parts-tests-cli.txt,
 // docs/kernels-sm90-backward.md).

@@ -587,10 +587,10 @@ TEST(CudaSm90BackwardPlan, StepShapes) {
 }
 
 // "auto" takes the sm90 backward where it was measured faster than sm80's (bwd_launch.hpp's
-// kBackwardAuto): without a mask always; with one, on the H200's memory D = 64 and 128 from 4k and 1k
-// keys, D = 256 from 512 where the grid goes grouped (groups up to 8, under 4k keys) and from 4k
-// otherwise; on the H100's (or unknown) from 2k / 512 / 1k keys and groups up to 8 (a CTA's: a part's
-// query heads where the key blocks run in parts); never deterministic.
+// kBackwardAuto): without a mask always; with one, D = 64 and 128 at any length (on the H100's or
+// unknown memory for groups up to 8: a CTA's, a part's query heads where the key blocks run in parts),
+// D = 256 on the H200's memory from 512 keys where the grid goes grouped (groups up to 8, under 4k
+// keys) and from 4k otherwise, on the H100's from 1k; never deterministic.
 TEST(CudaSm90BackwardPlan, AutoWhereMeasuredFaster) {
   using flashattn::cuda::sm90::backward_in_auto;
   using flashattn::cuda::sm90::BackwardCall;
@@ -610,10 +610,9 @@ TEST(CudaSm90BackwardPlan, AutoWhereMeasuredFaster) {
     EXPECT_FALSE(backward_in_auto(call(192, 16384, 1, false, bw)));  // no sm90 backward instance
   }
   // Masked, fast memory (the H200).
-  EXPECT_FALSE(backward_in_auto(call(64, 2048, 1, true, kH200)));
-  EXPECT_TRUE(backward_in_auto(call(64, 4096, 1, true, kH200)));
-  EXPECT_FALSE(backward_in_auto(call(128, 512, 1, true, kH200)));
-  EXPECT_TRUE(backward_in_auto(call(128, 1024, 1, true, kH200)));
+  EXPECT_TRUE(backward_in_auto(call(64, 512, 1, true, kH200)));
+  EXPECT_TRUE(backward_in_auto(call(64, 2048, 32, true, kH200)));
+  EXPECT_TRUE(backward_in_auto(call(128, 512, 1, true, kH200)));
   EXPECT_TRUE(backward_in_auto(call(128, 2048, 32, true, kH200)));  // MQA: 1.10 x sm80's
   EXPECT_TRUE(backward_in_auto(call(256, 512, 1, true, kH200)));    // the grid grouped
   EXPECT_TRUE(backward_in_auto(call(256, 2048, 8, true, kH200)));
@@ -621,8 +620,8 @@ TEST(CudaSm90BackwardPlan, AutoWhereMeasuredFaster) {
   EXPECT_TRUE(backward_in_auto(call(256, 4096, 16, true, kH200)));
   // Masked, slower or unknown memory (the H100): the grouped order, groups up to 8.
   for (double bw : {kH100, 0.0}) {
-    EXPECT_FALSE(backward_in_auto(call(64, 1024, 1, true, bw)));
-    EXPECT_TRUE(backward_in_auto(call(64, 2048, 1, true, bw)));
+    EXPECT_TRUE(backward_in_auto(call(64, 512, 1, true, bw)));
+    EXPECT_TRUE(backward_in_auto(call(64, 2048, 8, true, bw)));
     EXPECT_FALSE(backward_in_auto(call(64, 2048, 32, true, bw)));  // D = 64 has no parts: MQA whole
     EXPECT_TRUE(backward_in_auto(call(128, 512, 1, true, bw)));
     EXPECT_TRUE(backward_in_auto(call(128, 2048, 8, true, bw)));

@@ -75,12 +75,12 @@ constexpr int bwd_order_pairs(const BackwardCall& c, int pairs, int num_sms) {
 // thresholds are where each measured faster (C API, sm90 / sm80 in one process; in bench/results: the
 // H200's 2026-12-06-h200-78698b2-sm90-bwd-variants.md, the H100's 2026-12-05-h100-72dbf94-sm90-bwd.md
 // and 2026-12-06-h100-7c39f46-sm90-bwd-grid-varlen.md; docs/kernels-sm90-backward.md): unmasked D = 64
-// 1.02-1.04 x at 512-1k on both; they were measured with the mask tested per element, as now (a form
-// without that branch ran masked D = 64 and 128 above sm80's from 512 keys but spilled:
-// docs/kernels-sm90-backward.md, "The mask's form"). Calls whose key blocks run in parts
-// (bwd_parts) are read per CTA (a part's query heads): 1.11-1.20 x sm80's on both GPUs (MQA 32/1 rows
-// on the H100, batch-1 MQA and GQA on both: 2026-12-06-h100-7c39f46-sm90-bwd-parts-tests-cli.txt,
-// docs/kernels-sm90-backward.md).
+// 1.02-1.04 x at 512-1k on both. D = 64 and 128 masked from any length since c082bf4 (the elementwise
+// part without a branch per element: 1.20-1.32 x / 1.10-1.16 x the kernel before on the H100, so 1.16
+// x sm80's at causal D = 64 512 there; on the H200, whose ratios before were 0.90 / 0.99 at the
+// shortest masked cells, that gain is expected, not yet measured). Calls whose key blocks run in parts (bwd_parts) are read per CTA (a
+// part's query heads): 1.11-1.20 x sm80's on both GPUs (MQA 32/1 rows on the H100, batch-1 MQA and GQA
+// on both: 2026-12-06-h100-7c39f46-sm90-bwd-parts-tests-cli.txt, docs/kernels-sm90-backward.md).
 // Deterministic calls stay on sm80's (tested here, not yet timed).
 struct BackwardAuto {
   int head_dim;
@@ -90,7 +90,7 @@ struct BackwardAuto {
   int64_t slow_masked_from_seqlen_k;     // masked, slower (or unknown) memory, groups up to kSlowMaxGroup
 };
 inline constexpr std::array<BackwardAuto, 3> kBackwardAuto = {
-    {{64, 0, 4096, 4096, 2048}, {128, 0, 1024, 1024, 0}, {256, 0, 4096, 512, 1024}}};
+    {{64, 0, 0, 0, 0}, {128, 0, 0, 0, 0}, {256, 0, 4096, 512, 1024}}};
 constexpr bool backward_in_auto(const BackwardCall& c) {
   if (c.deterministic) return false;
   for (const BackwardAuto& a : kBackwardAuto) {

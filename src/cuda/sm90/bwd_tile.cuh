@@ -95,15 +95,15 @@ struct BwdSmem {
   }
 };
 
+// The CTA's key block and the steps it walks: query blocks [m_begin, m_begin + m_count) of each of
+// the group's query heads, head-major; a key block in parts (the kernels' kParts instances, the plan's
+// bwd_parts) walks those of its part's query heads only, from query head head0 on, and adds its dK
+// and dV into the key block's fp32 sums (add_key_side_part).
 // One step of a key block's walk: query head `head`, the query block at row m0.
 struct BwdStep {
   int head, m0;
 };
 
-// The CTA's key block and the steps it walks: query blocks [m_begin, m_begin + m_count) of each of
-// the group's query heads, head-major; a key block in parts (the kernels' kParts instances, the plan's
-// bwd_parts) walks those of its part's query heads only, from query head head0 on, and adds its dK
-// and dV into the key block's fp32 sums (add_key_side_part).
 struct BwdKeyBlock {
   int batch, head_kv, n0;
   SeqLens seq;
@@ -198,9 +198,30 @@ struct BwdScoreTile {
 
   __device__ int key(int e) const { return key0 + g + (e >= 2 ? 8 : 0); }
   __device__ int query(int j, int e) const { return query0 + 8 * j + 2 * t + (e & 1); }
-  // x, or −inf where the element is masked.
-  __device__ float masked_score(float x, int j, int e) const {
-    return masked && !kb.mask.visible(m0 + query(j, e), kb.n0 + key(e)) ? kMaskedScore : x;
+  // The mask on this thread's elements, for a tile that needs it: of each of its two keys (rows e / 2
+  // of the fragment: keys key(0) and key(2)) the visible queries, as the distances of the thread's
+  // first query (query(0, 0)) past the first visible one and short of the end, so that element (j, e)
+  // (query(0, 0) + 8j + (e & 1)) is visible iff after[e / 2] + 8j + (e & 1) ≥ 0 and
+  // before[e / 2] − 8j − (e & 1) > 0: two compares with immediates per element. The callers branch
+  // on `masked` once per tile: tested per element, as Mask::visible behind `masked &&`, it was a
+  // branch around every exp2 on every tile (11 % of the D = 64 kernel's stall samples, in branch
+  // resolving, without any mask).
+  struct RowBounds {
+    int after[2], before[2];
+  };
+  __device__ RowBounds row_bounds() const {
+    RowBounds b;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int k = kb.n0 + key(2 * h), q = m0 + query(0, 0);
+      b.after[h] = q - kb.mask.query_begin(k);
+      b.before[h] = kb.mask.query_end(k) - q;
+    }
+    return b;
+  }
+  __device__ static float masked_score(float x, const RowBounds& b, int j, int e) {
+    const int d = 8 * j + (e & 1);
+    return b.after[e / 2] + d >= 0 && b.before[e / 2] - d > 0 ? x : kMaskedScore;
   }
   __device__ float2 pair(const float* row_scalars, int j) const {
     return *reinterpret_cast<const float2*>(row_scalars + query(j, 0));
@@ -209,12 +230,14 @@ struct BwdScoreTile {
   // Pᵀ = exp2(Sᵀ·mult − LSE·log2e) in place of Sᵀ (mult = scale·log2e: plain and prescaled scores).
   template <int kFloats>
   __device__ __forceinline__ void probabilities(float (&s)[kFloats], float mult) const {
+    RowBounds b{{1 << 20, 1 << 20}, {1 << 20, 1 << 20}};
+    if (masked) b = row_bounds();
 #pragma unroll
     for (int j = 0; j < kFloats / 4; ++j) {
       const float2 l = pair(lse, j);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[4 * j + e] = ptx::exp2_approx(masked_score(fmaf(s[4 * j + e], mult, -(e & 1 ? l.y : l.x)), j, e));
+        s[4 * j + e] = ptx::exp2_approx(masked_score(fmaf(s[4 * j + e], mult, -(e & 1 ? l.y : l.x)), b, j, e));
       }
     }
   }
@@ -258,13 +281,17 @@ struct BwdScoreTile {
   template <int kFloats>
   __device__ __forceinline__ void with_varying_slope(float (&s)[kFloats], float (&dp)[kFloats],
                                                      const ScoreTransform& sc) const {
+    // A tile without the mask takes bounds that pass every element (one code path: soft-capped
+    // calls are the slower kind anyway).
+    RowBounds b{{1 << 20, 1 << 20}, {1 << 20, 1 << 20}};
+    if (masked) b = row_bounds();
 #pragma unroll
     for (int j = 0; j < kFloats / 4; ++j) {
       const float2 l = pair(lse, j), d = pair(dsum, j);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const SlopedScore t = sloped_score(s[4 * j + e], sc);
-        const float pr = ptx::exp2_approx(masked_score(t.x - (e & 1 ? l.y : l.x), j, e));
+        const float pr = ptx::exp2_approx(masked_score(t.x - (e & 1 ? l.y : l.x), b, j, e));
         s[4 * j + e] = pr;
         dp[4 * j + e] = pr * (dp[4 * j + e] - (e & 1 ? d.y : d.x)) * t.slope;
       }
@@ -292,8 +319,8 @@ __device__ __forceinline__ void store_fragment(const BwdScoreTile& frag, const f
   }
 }
 
-// What every warp of the backward's CTA does alike: the loads of a step's Q and dO and of its LSE·log2e
-// and D (thread 0), and the varlen tails zeroed in shared memory. The mainloops
+// What every warp of the backward's CTA does alike: the TMA loads of a step's Q and dO (thread 0), its
+// LSE·log2e and D (threads 0 .. 2·kBlockM − 1), and the varlen tails zeroed in shared memory. The mainloops
 // (bwd_kernel.cuh, bwd_kernel_wide.cuh) add their products to it.
 template <class Traits>
 struct BwdLoads {

@@ -34,6 +34,16 @@ class FaArgs(ctypes.Structure):
     # fa_args_init fills all of flashattn_c.h's layout: these fields must be all of it
 
 
+class FaKVCacheArgs(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t)] + [
+        (n, FaTensor) for n in ("q", "k_cache", "v_cache", "cache_seqlens", "block_table", "cache_batch_idx",
+                                "k_new", "v_new", "rotary_cos", "rotary_sin", "out", "lse")] + [
+        ("options", ctypes.POINTER(FaOptions)), ("rotary_interleaved", ctypes.c_int32), ("num_splits", ctypes.c_int32),
+        ("path", ctypes.c_char_p), ("stream", ctypes.c_void_p), ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t), ("cache_leftpad", FaTensor)]
+    # fa_kvcache_args_init fills all of flashattn_c.h's layout: these fields must be all of it
+
+
 def _view(t):
     v = FaTensor()
     if t is None:
@@ -60,6 +70,12 @@ class FlashAttn:
         self.lib.fa_args_init.argtypes = [ctypes.POINTER(FaArgs)]
         self.lib.fa_options_init.argtypes = [ctypes.POINTER(FaOptions)]
         self.lib.fa_families.restype = ctypes.c_char_p
+        self.lib.fa_kvcache_args_init.argtypes = [ctypes.POINTER(FaKVCacheArgs)]
+        self.lib.fa_kvcache_forward.argtypes = [ctypes.POINTER(FaKVCacheArgs), ctypes.c_char_p, ctypes.c_size_t]
+        self.lib.fa_kvcache_workspace_size.argtypes = [ctypes.POINTER(FaKVCacheArgs), ctypes.POINTER(ctypes.c_size_t),
+                                                       ctypes.c_char_p, ctypes.c_size_t]
+        self.lib.fa_kvcache_path.argtypes = [ctypes.POINTER(FaKVCacheArgs)]
+        self.lib.fa_kvcache_path.restype = ctypes.c_char_p
         for name in ("fa_forward_path", "fa_backward_path"):
             getattr(self.lib, name).argtypes = [ctypes.POINTER(FaArgs)]
             getattr(self.lib, name).restype = ctypes.c_char_p
@@ -116,3 +132,30 @@ class FlashAttn:
     def path(self, a, backward=False):
         fn = self.lib.fa_backward_path if backward else self.lib.fa_forward_path
         return fn(ctypes.byref(a)).decode()
+
+    # ---- the KV-cache call (fa_kvcache_forward): q against a contiguous or paged cache, nothing appended
+    def kvcache_args(self, q, k_cache, v_cache, cache_seqlens, out, block_table=None, path="auto"):
+        a = FaKVCacheArgs()
+        self.lib.fa_kvcache_args_init(ctypes.byref(a))
+        for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens),
+                        ("block_table", block_table), ("out", out)):
+            setattr(a, name, _view(t))
+        a._path = path.encode()
+        a.path = a._path
+        a.stream = torch.cuda.current_stream().cuda_stream if q.is_cuda else None
+        return a
+
+    def kvcache_with_workspace(self, a, device):
+        n = ctypes.c_size_t(0)
+        msg = ctypes.create_string_buffer(512)
+        self._check(self.lib.fa_kvcache_workspace_size(ctypes.byref(a), ctypes.byref(n), msg, 512), msg)
+        ws = torch.empty(max(n.value, 1), dtype=torch.uint8, device=device)
+        a.workspace, a.workspace_bytes = ws.data_ptr(), n.value
+        return ws  # keep alive
+
+    def kvcache_forward(self, a):
+        msg = ctypes.create_string_buffer(512)
+        self._check(self.lib.fa_kvcache_forward(ctypes.byref(a), msg, 512), msg)
+
+    def kvcache_path(self, a):
+        return self.lib.fa_kvcache_path(ctypes.byref(a)).decode()

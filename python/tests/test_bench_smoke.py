@@ -68,3 +68,33 @@ def test_bench_smoke_variant_rows_and_their_table(tmp_path):
     assert "Build variants in the same run" in summary and "flashattn:again (path)" in summary
     assert "Cells where the main build is at or above flashattn:again: " in summary
     assert "main / again geometric mean" in summary
+
+
+@pytest.mark.skipif(not os.path.exists(C_LIB), reason="no C library built (scripts/test.sh builds build/)")
+def test_ctypes_kvcache_matches_the_package():
+    """bench/flashattn_ctypes.py's KV-cache call (fa_kvcache_forward, what bench/decode_variants.py times per
+    build): its struct matches flashattn_c.h's layout, and on the CPU it returns what flash_attn_with_kvcache
+    does on the same cache, contiguous and paged, bitwise."""
+    import torch
+    import flashattn
+    sys.path.insert(0, BENCH)
+    from flashattn_ctypes import FlashAttn
+    torch.manual_seed(0)
+    fa = FlashAttn(C_LIB)
+    q = torch.randn(2, 1, 4, 64)
+    k, v = torch.randn(2, 40, 2, 64), torch.randn(2, 40, 2, 64)
+    lens = torch.tensor([40, 23], dtype=torch.int32)
+    table = torch.tensor([[3, 0, 4], [1, 5, 2]], dtype=torch.int32)  # pages of 16, dealt out of order
+    pool_k, pool_v = torch.full((6, 16, 2, 64), float("nan")), torch.full((6, 16, 2, 64), float("nan"))
+    for b in range(2):
+        for j in range(3):
+            rows = min(16, 40 - 16 * j)
+            pool_k[table[b, j], :rows], pool_v[table[b, j], :rows] = k[b, 16 * j:16 * j + rows], v[b, 16 * j:16 * j + rows]
+    for kc, vc, bt in ((k, v, None), (pool_k, pool_v, table)):
+        want = flashattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, block_table=bt)
+        out = torch.full_like(q, float("nan"))
+        a = fa.kvcache_args(q, kc, vc, lens, out, block_table=bt)
+        keep = fa.kvcache_with_workspace(a, q.device)  # noqa: F841 -- alive through the call
+        assert fa.kvcache_path(a) == "cpu"
+        fa.kvcache_forward(a)
+        assert torch.equal(out, want)

@@ -457,15 +457,26 @@ struct BwdLoads {
 };
 
 // red.add of a warp's dQ fragment (rows row, row + 8 of the accumulator, kCols columns from col0 in
-// pairs 8j + 2t) into the row-major fp32 accumulator (p.dq_accum, rows of head_dim floats).
+// pairs 8j + 2t) into the row-major fp32 accumulator (p.dq_accum, rows of head_dim floats), four
+// columns a reduction: lanes t and t ^ 1 swap halves first (the even lane sends its row + 8 pair
+// and adds four columns of row, the odd lane the other way round): half the reduction instructions of
+// two v2 per pair of columns, whose queue ncu had at 12 % / 9 % of the D = 128 / 64 kernel's stall
+// samples (the next write of a reduction's address register) and 12 % / 5 % on lg_throttle. The
+// additions in L2 are as many as before, and they set the pace: measured ±1 % alone
+// (docs/kernels-sm90-backward.md, "dQ's reductions").
 template <int kD, int kCols>
 __device__ __forceinline__ void add_dq_fragment(const BwdKernelParams& p, int64_t row, int col0, int t,
                                                 const float (&dq)[kCols / 2]) {
-  float* dst = p.dq_accum + row * kD + col0 + 2 * t;
+  const bool odd = t & 1;
+  float* dst = p.dq_accum + (row + (odd ? 8 : 0)) * kD + col0 + 4 * (t >> 1);
 #pragma unroll
   for (int j = 0; j < kCols / 8; ++j) {
-    ptx::red_add_v2_f32(dst + 8 * j, dq[4 * j], dq[4 * j + 1]);
-    ptx::red_add_v2_f32(dst + 8 * kD + 8 * j, dq[4 * j + 2], dq[4 * j + 3]);
+    const float row_lo = dq[4 * j], row_hi = dq[4 * j + 1], next_lo = dq[4 * j + 2], next_hi = dq[4 * j + 3];
+    const float got_lo = __shfl_xor_sync(0xffffffffu, odd ? row_lo : next_lo, 1);
+    const float got_hi = __shfl_xor_sync(0xffffffffu, odd ? row_hi : next_hi, 1);
+    // Selected, not branched on: one reduction instruction for the whole warp.
+    ptx::red_add_v4_f32(dst + 8 * j, odd ? got_lo : row_lo, odd ? got_hi : row_hi, odd ? next_lo : got_lo,
+                        odd ? next_hi : got_hi);
   }
 }
 

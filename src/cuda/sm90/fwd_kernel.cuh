@@ -56,9 +56,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   if (tid == 0) sm.init_barriers();
   __syncthreads();
 
-  // From lane 0, so that ptxas knows it warp-uniform and keeps it, and what is made of it (the
-  // consumer's Q descriptor, its turn barrier's id), in uniform registers: as the backward's.
-  const int warpgroup = __shfl_sync(0xffffffffu, tid / kWarpgroupThreads, 0);
+  const int warpgroup = tid / kWarpgroupThreads;
   if (warpgroup == 0) {
     ptx::setmaxnreg_dec<Traits::kShape.producer_registers()>();
     if (Traits::kPaged ? tid < 32 : tid == 0) load_tiles(sm, p, &tm_q, &tm_k, &tm_v, tid);

@@ -95,15 +95,15 @@ struct BwdSmem {
   }
 };
 
-// The CTA's key block and the steps it walks: query blocks [m_begin, m_begin + m_count) of each of
-// the group's query heads, head-major; a key block in parts (the kernels' kParts instances, the plan's
-// bwd_parts) walks those of its part's query heads only, from query head head0 on, and adds its dK
-// and dV into the key block's fp32 sums (add_key_side_part).
 // One step of a key block's walk: query head `head`, the query block at row m0.
 struct BwdStep {
   int head, m0;
 };
 
+// The CTA's key block and the steps it walks: query blocks [m_begin, m_begin + m_count) of each of
+// the group's query heads, head-major; a key block in parts (the kernels' kParts instances, the plan's
+// bwd_parts) walks those of its part's query heads only, from query head head0 on, and adds its dK
+// and dV into the key block's fp32 sums (add_key_side_part).
 struct BwdKeyBlock {
   int batch, head_kv, n0;
   SeqLens seq;
@@ -319,8 +319,8 @@ __device__ __forceinline__ void store_fragment(const BwdScoreTile& frag, const f
   }
 }
 
-// What every warp of the backward's CTA does alike: the TMA loads of a step's Q and dO (thread 0), its
-// LSE·log2e and D (threads 0 .. 2·kBlockM − 1), and the varlen tails zeroed in shared memory. The mainloops
+// What every warp of the backward's CTA does alike: the loads of a step's Q and dO and of its LSE·log2e
+// and D (thread 0), and the varlen tails zeroed in shared memory. The mainloops
 // (bwd_kernel.cuh, bwd_kernel_wide.cuh) add their products to it.
 template <class Traits>
 struct BwdLoads {

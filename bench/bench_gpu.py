@@ -407,11 +407,15 @@ GRAPH_CALLS, GRAPH_REPLAYS = 20, 15
 L2_RESIDENT_BYTES = 50e6  # a cache below this can stay in the H200's 60 MB L2 across replays
 
 
-def decode_cells():
+def decode_cells(shapes=None):
     """One cell per (batch, cache length, query tokens); its rows cover every page size. Non-causal:
     at 4 query tokens a causal mask changes no byte read, and SDPA's is_causal would align it
-    top-left."""
-    shapes = [(b, n, 1) for b, n in DECODE_SHAPES] + [(b, n, 4) for b, n in SPECULATIVE_SHAPES]
+    top-left. shapes: "batch:seqlen_k:seqlen_q,..." (the decode tools' --shapes), default the rows of
+    BENCHMARK.md."""
+    if shapes is None:
+        shapes = [(b, n, 1) for b, n in DECODE_SHAPES] + [(b, n, 4) for b, n in SPECULATIVE_SHAPES]
+    else:
+        shapes = [tuple(int(v) for v in s.split(":")) for s in shapes.split(",")]
     for batch, seqlen_k, seqlen_q in shapes:
         yield dict(mode="decode", dtype="bf16", hdim=128, batch=batch, heads=32, heads_kv=8, seqlen_q=seqlen_q,
                    seqlen_k=seqlen_k, page_sizes=DECODE_PAGE_SIZES)
@@ -498,6 +502,18 @@ def median_ms_interleaved(timers, replays=GRAPH_REPLAYS):
         for i in orders[r % len(orders)]:
             times[i].append(timers[i]())
     return [statistics.median(t) for t in times]
+
+
+def decode_tbps_beside_cudnn(cell, x, names, timers):
+    """The decode tools' timing: graph timers of calls on DecodeInputs x (named by names) and cuDNN's
+    call on the same cache, replays interleaved; {name: TB/s}, cuDNN's as ("cudnn", 0)."""
+    names, timers = list(names), list(timers)
+    cudnn = prepare_sdpa_decode("cudnn", torch.nn.attention.SDPBackend.CUDNN_ATTENTION, cell, x)
+    if "fn" in cudnn:
+        timers.append(graph_timed(cudnn["fn"]))
+        names.append(("cudnn", 0))
+    gb = decode_kv_bytes(cell) / 1e9
+    return {name: gb / ms for name, ms in zip(names, median_ms_interleaved(timers))}
 
 
 def decode_row_base(cell, page_size):

@@ -16,14 +16,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gpu import (DECODE_PAGE_SIZES, DECODE_SHAPES, SPECULATIVE_SHAPES, DecodeInputs,  # noqa: E402
-                       decode_kv_bytes, graph_timed, median_ms_interleaved, prepare_sdpa_decode)
+from bench_gpu import (DECODE_PAGE_SIZES, DecodeInputs, decode_cells, decode_tbps_beside_cudnn,  # noqa: E402
+                       graph_timed)
 from flashattn_ctypes import FlashAttn  # noqa: E402
-
-
-def cell_of(batch, seqlen_k, seqlen_q):
-    return dict(mode="decode", dtype="bf16", hdim=128, batch=batch, heads=32, heads_kv=8, seqlen_q=seqlen_q,
-                seqlen_k=seqlen_k, page_sizes=DECODE_PAGE_SIZES)
 
 
 def c_api_call(fa, x, page):
@@ -50,13 +45,9 @@ def main():
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     builds = [(nl.split("=", 1)[0], FlashAttn(nl.split("=", 1)[1])) for nl in args.lib]
-    if args.shapes is None:
-        shapes = [(b, n, 1) for b, n in DECODE_SHAPES] + [(b, n, 4) for b, n in SPECULATIVE_SHAPES]
-    else:
-        shapes = [tuple(int(v) for v in s.split(":")) for s in args.shapes.split(",")]
     rows = []
-    for batch, seqlen_k, seqlen_q in shapes:
-        cell = cell_of(batch, seqlen_k, seqlen_q)
+    for cell in decode_cells(args.shapes):
+        batch, seqlen_k, seqlen_q = cell["batch"], cell["seqlen_k"], cell["seqlen_q"]
         x = DecodeInputs(cell, "cuda")
         names, timers, outs, calls = [], [], [], []
         for name, fa in builds:
@@ -67,13 +58,7 @@ def main():
                 timers.append(graph_timed(fn))
                 calls.append(fn)  # its output and workspace, which the graph writes, live as long as the graph
                 names.append((name, page))
-        cudnn = prepare_sdpa_decode("cudnn", torch.nn.attention.SDPBackend.CUDNN_ATTENTION, cell, x)
-        if "fn" in cudnn:
-            timers.append(graph_timed(cudnn["fn"]))
-            names.append(("cudnn", 0))
-        times = median_ms_interleaved(timers)
-        gb = decode_kv_bytes(cell) / 1e9
-        tbps = {name: gb / ms for name, ms in zip(names, times)}
+        tbps = decode_tbps_beside_cudnn(cell, x, names, timers)
         ref = outs[0].float()
         first = builds[0][0]
         for (name, page), out in zip(names, outs):

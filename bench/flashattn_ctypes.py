@@ -58,6 +58,13 @@ def _view(t):
     return v
 
 
+def _attach_workspace(a, n, device):
+    """n bytes of workspace (fa_args or fa_kvcache_args a points at it); the tensor, to keep alive."""
+    ws = torch.empty(max(n, 1), dtype=torch.uint8, device=device)
+    a.workspace, a.workspace_bytes = ws.data_ptr(), n
+    return ws
+
+
 class FlashAttn:
     def __init__(self, lib_path=None):
         lib_path = lib_path or os.environ.get("FLASHATTN_C_LIB", "build/libflashattn_c.so")
@@ -116,10 +123,7 @@ class FlashAttn:
         return n.value
 
     def with_workspace(self, a, backward, device):
-        n = self.workspace(a, backward)
-        ws = torch.empty(max(n, 1), dtype=torch.uint8, device=device)
-        a.workspace, a.workspace_bytes = ws.data_ptr(), n
-        return ws  # keep alive
+        return _attach_workspace(a, self.workspace(a, backward), device)
 
     def forward(self, a):
         msg = ctypes.create_string_buffer(512)
@@ -149,9 +153,7 @@ class FlashAttn:
         n = ctypes.c_size_t(0)
         msg = ctypes.create_string_buffer(512)
         self._check(self.lib.fa_kvcache_workspace_size(ctypes.byref(a), ctypes.byref(n), msg, 512), msg)
-        ws = torch.empty(max(n.value, 1), dtype=torch.uint8, device=device)
-        a.workspace, a.workspace_bytes = ws.data_ptr(), n.value
-        return ws  # keep alive
+        return _attach_workspace(a, n.value, device)
 
     def kvcache_forward(self, a):
         msg = ctypes.create_string_buffer(512)

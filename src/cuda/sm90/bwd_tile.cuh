@@ -219,13 +219,6 @@ struct BwdScoreTile {
     }
     return b;
   }
-  // This tile's bounds: row_bounds() where it needs the mask, else bounds every element passes (one
-  // code path for both kinds of tile).
-  __device__ RowBounds bounds() const {
-    RowBounds b{{1 << 20, 1 << 20}, {1 << 20, 1 << 20}};
-    if (masked) b = row_bounds();
-    return b;
-  }
   __device__ static float masked_score(float x, const RowBounds& b, int j, int e) {
     const int d = 8 * j + (e & 1);
     return b.after[e / 2] + d >= 0 && b.before[e / 2] - d > 0 ? x : kMaskedScore;
@@ -237,7 +230,8 @@ struct BwdScoreTile {
   // Pᵀ = exp2(Sᵀ·mult − LSE·log2e) in place of Sᵀ (mult = scale·log2e: plain and prescaled scores).
   template <int kFloats>
   __device__ __forceinline__ void probabilities(float (&s)[kFloats], float mult) const {
-    const RowBounds b = bounds();
+    RowBounds b{{1 << 20, 1 << 20}, {1 << 20, 1 << 20}};
+    if (masked) b = row_bounds();
 #pragma unroll
     for (int j = 0; j < kFloats / 4; ++j) {
       const float2 l = pair(lse, j);
@@ -287,7 +281,10 @@ struct BwdScoreTile {
   template <int kFloats>
   __device__ __forceinline__ void with_varying_slope(float (&s)[kFloats], float (&dp)[kFloats],
                                                      const ScoreTransform& sc) const {
-    const RowBounds b = bounds();
+    // A tile without the mask takes bounds that pass every element (one code path: soft-capped
+    // calls are the slower kind anyway).
+    RowBounds b{{1 << 20, 1 << 20}, {1 << 20, 1 << 20}};
+    if (masked) b = row_bounds();
 #pragma unroll
     for (int j = 0; j < kFloats / 4; ++j) {
       const float2 l = pair(lse, j), d = pair(dsum, j);

@@ -6,7 +6,9 @@
 //            scaled before the mask instead.
 //   softcap  (cap > 0): s ← cap·log2(e)·tanh(s·scale / cap), exp_mult = 1 — flash-attn's
 //            cap·tanh(S/cap) on the scaled scores, before masking.
-// The mode is a run-time argument: one uniform branch per tile. This file holds the rule: the
+// The mode is a run-time argument: one uniform branch per tile. A kernel that runs only transforms
+// of constant slope (a scale) may leave the others' code out (transform_scores<false>). This file
+// holds the rule: the
 // transform, its application to a register tile of scores, and its slope for the backward. It is
 // the one place the CUDA kernels read the score-level options; they see only ScoreTransform.
 #pragma once
@@ -68,9 +70,12 @@ __device__ __forceinline__ float tanh_accurate(float x) {
 }
 
 // Applies the transform to a register tile of scores (any layout: it is elementwise).
-template <int kMTiles, int kNTiles>
+// kSlopeVaries false: the caller's kernel runs only transforms of constant slope (its host side chose
+// the kernel by score_slope_varies), so the others' code is left out of it (the soft cap's: two MUFU
+// and a clamp per score, which would sit unused in the kernel's key loop).
+template <bool kSlopeVaries = true, int kMTiles, int kNTiles>
 __device__ __forceinline__ void transform_scores(float (&s)[kMTiles][kNTiles][4], const ScoreTransform& t) {
-  if (t.mode == ScoreMode::softcap) {
+  if (kSlopeVaries && t.mode == ScoreMode::softcap) {
 #pragma unroll
     for (int mi = 0; mi < kMTiles; ++mi)
 #pragma unroll

@@ -137,7 +137,8 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
       // The score hook: scores as the forward sees them (the transform of common/scores.cuh; a plain
       // scale is folded into the exp2 below), then the mask on boundary tiles. Where the transform's
       // slope varies, acc_s keeps these log2-domain scores, and dS recomputes P and the slope from them.
-      score_hook<kBM, kBN>(acc_s, p.scores, mask, m0, n_block, w.s_row0, w.s_col0, lane);
+      // The other kernel leaves such transforms' code out.
+      score_hook<kBM, kBN, kSlopeVaries>(acc_s, p.scores, mask, m0, n_block, w.s_row0, w.s_col0, lane);
       const float exp_mult = p.scores.exp_mult;
       // The lane's LSE·log2e rows (and below, D) are read as one batch before the loop (load_rows).
       float lse_r[Sh::kMtS][2], dsum_r[Sh::kMtS][2];

@@ -108,7 +108,14 @@ __device__ __forceinline__ void attend_key_block(FwdO<Traits>& acc, OnlineSoftma
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   load.wait_k(n, has_next, stage);
   compute_scores<Traits>(s, ops, stage);
-  score_hook<kBlockM, kBlockN>(s, scores, mask, m0, n, warp_row0, 0, lane);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  // The sm_80 image keeps every transform's code in every kernel: without it ptxas spilled more at
+  // D = 64 there (64 against 28 bytes, masked), and no A100 was at hand to time it.
+  constexpr bool kEveryTransform = true;
+#else
+  constexpr bool kEveryTransform = Traits::kEveryTransform;
+#endif
+  score_hook<kBlockM, kBlockN, kEveryTransform>(s, scores, mask, m0, n, warp_row0, 0, lane);
   softmax.update(s, acc, scores.exp_mult);
   probability_hook(s, m0 + warp_row0, n * kBlockN, lane);
   load.wait_v(n, has_next, stage);

@@ -59,13 +59,23 @@ constexpr DType dtype_of() {
   return std::is_same_v<Tag, ptx::BF16> ? DType::bf16 : DType::f16;
 }
 
-template <class Tag_, int kHeadDim_, bool kMasked_, bool kBigSmem_ = false, bool kPaged_ = false>
+template <class Tag_, int kHeadDim_, bool kMasked_, bool kBigSmem_ = false, bool kPaged_ = false,
+          bool kSlopeVaries_ = false>
 struct FwdTraits {
   using Tag = Tag_;                       // ptx::F16 or ptx::BF16
   static constexpr int kHeadDim = kHeadDim_;  // instance head dim D (tiles are D wide; d ≤ D runs here)
   static constexpr bool kMasked = kMasked_;   // causal / local window: block skipping + element masks
   static constexpr bool kBigSmem = kBigSmem_; // the shape for GPUs with kFwdBigSmemBytes per block
   static constexpr bool kPaged = kPaged_;     // K/V in block-table pages (common/paged_rows.cuh's PagedRows)
+  // Calls whose score transform's slope varies (the soft cap: common/scores.cuh) run on kernels of
+  // their own (kSlopeVaries; fwd_launch.cuh), the masked kernel of the common shape. The others
+  // compile without such transforms' code in their key loop (two MUFU and a clamp per score: 29 % of
+  // the loop's instructions at D = 128, never executed), except D = 256 without a mask, whose loop
+  // ptxas schedules better with it (H100, sm_90a image: without it −4 % there, +1 / +2 / +2 % at
+  // D = 64 / 128 / 256 masked; docs/kernels-sm80-forward.md).
+  static constexpr bool kSlopeVaries = kSlopeVaries_;
+  static constexpr bool kEveryTransform = kSlopeVaries || (kHeadDim == 256 && !kMasked);
+  static_assert(!kSlopeVaries || (kMasked && !kBigSmem), "such calls run on the masked kernel of the common shape");
   static constexpr FwdTileShape kShape = fwd_tile_shape(kHeadDim, dtype_of<Tag>(), kBigSmem);
 
   static constexpr int kBlockM = kShape.block_m;

@@ -42,11 +42,12 @@ FLASHATTN_UNROLL
 // tile at m0, key block n_block) pair, between S = Q·Kᵀ and the softmax. The mask costs only on tile
 // pairs that straddle a mask edge or the sequence end. It takes the key block's index, not its first
 // key: the key block's first key n_block·kTileN is then computed where the mask needs it (passed in,
-// it was computed before the call and the forward's PTX changed at D = 64 and 192).
-template <int kTileM, int kTileN, int kMTiles, int kNTiles>
+// it was computed before the call and the forward's PTX changed at D = 64 and 192). kSlopeVaries:
+// as transform_scores'.
+template <int kTileM, int kTileN, bool kSlopeVaries = true, int kMTiles, int kNTiles>
 __device__ __forceinline__ void score_hook(float (&s)[kMTiles][kNTiles][4], const ScoreTransform& scores,
                                            const Mask& mask, int m0, int n_block, int row0, int col0, int lane) {
-  transform_scores(s, scores);
+  transform_scores<kSlopeVaries>(s, scores);
   if (mask.tile_needs_mask(m0, kTileM, n_block * kTileN, kTileN)) {
     mask_accumulator(s, mask, m0 + row0, n_block * kTileN + col0, lane);
   }

@@ -8,9 +8,9 @@
 //            cap·tanh(S/cap) on the scaled scores, before masking.
 // The mode is a run-time argument: one uniform branch per tile. A kernel that runs only transforms
 // of constant slope (a scale) may leave the others' code out (transform_scores<false>). This file
-// holds the rule: the
-// transform, its application to a register tile of scores, and its slope for the backward. It is
-// the one place the CUDA kernels read the score-level options; they see only ScoreTransform.
+// holds the rule: the transform, its application to a register tile of scores, and its slope for
+// the backward. It is the one place the CUDA kernels read the score-level options; they see only
+// ScoreTransform.
 #pragma once
 
 #include <cstdint>

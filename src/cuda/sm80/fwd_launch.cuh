@@ -116,13 +116,10 @@ using FwdPagedTraits = FwdTraits<Tag, kHeadDim, true, false, true, true>;
 template <class Tag, int kHeadDim>
 using FwdVaryingSlopeTraits = FwdTraits<Tag, kHeadDim, true, false, false, true>;
 
-// Whether a call's score transform has a varying slope; fwd_plan.cu keeps such calls off big_smem.
-inline bool fwd_slope_varies(const FwdParams& p) { return score_slope_varies(make_score_transform(p.options)); }
-
 template <class Tag, int kHeadDim>
 Status fwd_run(const FwdParams& p, bool big_smem) {
   if (p.is_paged()) return fwd_launch<FwdPagedTraits<Tag, kHeadDim>>(p);
-  if (fwd_slope_varies(p)) return fwd_launch<FwdVaryingSlopeTraits<Tag, kHeadDim>>(p);
+  if (fwd_slope_varies(p.options)) return fwd_launch<FwdVaryingSlopeTraits<Tag, kHeadDim>>(p);
   if (mask_of(p.options).has_mask()) return fwd_run_shape<Tag, kHeadDim, true>(p, big_smem);
   return fwd_run_shape<Tag, kHeadDim, false>(p, big_smem);
 }
@@ -130,7 +127,7 @@ Status fwd_run(const FwdParams& p, bool big_smem) {
 template <class Tag, int kHeadDim>
 Status fwd_device_check(const FwdParams& p, bool big_smem) {
   if (p.is_paged()) return fwd_device_check_traits<FwdPagedTraits<Tag, kHeadDim>>();
-  if (fwd_slope_varies(p)) return fwd_device_check_traits<FwdVaryingSlopeTraits<Tag, kHeadDim>>();
+  if (fwd_slope_varies(p.options)) return fwd_device_check_traits<FwdVaryingSlopeTraits<Tag, kHeadDim>>();
   if (mask_of(p.options).has_mask()) return fwd_device_check_shape<Tag, kHeadDim, true>(big_smem);
   return fwd_device_check_shape<Tag, kHeadDim, false>(big_smem);
 }

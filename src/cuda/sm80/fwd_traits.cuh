@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/scores.cuh"
 #include "cuda/ptx/mma.cuh"
 #include "cuda/sm80/smem_tile.cuh"
 #include "flashattn/flashattn.hpp"
@@ -57,6 +58,13 @@ constexpr bool fwd_has_big_smem_shape(int head_dim, DType dtype) {
 template <class Tag>
 constexpr DType dtype_of() {
   return std::is_same_v<Tag, ptx::BF16> ? DType::bf16 : DType::f16;
+}
+
+// Whether a call's score transform has a varying slope (the soft cap): such calls run a kernel of
+// their own, of the common shape (FwdTraits::kSlopeVaries; fwd_launch.cuh runs it, fwd_plan.cu keeps
+// them off big_smem).
+inline bool fwd_slope_varies(const AttentionOptions& options) {
+  return score_slope_varies(make_score_transform(options));
 }
 
 template <class Tag_, int kHeadDim_, bool kMasked_, bool kBigSmem_ = false, bool kPaged_ = false,

@@ -98,6 +98,8 @@ __device__ __forceinline__ void transform_scores(float (&s)[kMTiles][kNTiles][4]
 // scores (not P) to compute it and recomputes P from them (all such modes have exp_mult = 1). The
 // kernels specialize on this at compile time, so that constant-slope runs pay nothing for it.
 __host__ __device__ inline bool score_slope_varies(const ScoreTransform& t) { return t.mode == ScoreMode::softcap; }
+// The same from the options: the host side's choice of a kernel with or without such code.
+inline bool score_slope_varies(const AttentionOptions& options) { return score_slope_varies(make_score_transform(options)); }
 
 // The varying slope (where score_slope_varies) at a log2-domain score x as the kernels keep it: the
 // soft cap's x = cap·log2(e)·tanh(u) gives tanh(u) = x·inv_cap_log2 and slope 1 − tanh²(u); masked

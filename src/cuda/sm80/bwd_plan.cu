@@ -101,7 +101,7 @@ BwdChainSteps chain_steps(const BwdParams& p, int block_n, int block_m) {
 
 BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms) {
   const int64_t blocks = (p.seqlen_k + tile.block_n - 1) / tile.block_n * p.heads_kv * p.batch;
-  const bool slope_varies = score_slope_varies(make_score_transform(p.options));
+  const bool slope_varies = score_slope_varies(p.options);
   if (!tile.split_tail || slope_varies || num_sms <= 1 || blocks > INT_MAX / 2) {
     return BwdSplit::whole(blocks);
   }

@@ -13,6 +13,7 @@
 #include "cuda/common/mask.cuh"
 #include "cuda/common/device_info.hpp"
 #include "cuda/common/host_runtime.hpp"
+#include "cuda/common/scores.cuh"
 #include "cuda/sm80/fwd_kernel.cuh"
 #include "cuda/sm80/fwd_launch.hpp"
 #include "cuda/sm80/fwd_traits.cuh"
@@ -119,7 +120,7 @@ using FwdVaryingSlopeTraits = FwdTraits<Tag, kHeadDim, true, false, false, true>
 template <class Tag, int kHeadDim>
 Status fwd_run(const FwdParams& p, bool big_smem) {
   if (p.is_paged()) return fwd_launch<FwdPagedTraits<Tag, kHeadDim>>(p);
-  if (fwd_slope_varies(p.options)) return fwd_launch<FwdVaryingSlopeTraits<Tag, kHeadDim>>(p);
+  if (score_slope_varies(p.options)) return fwd_launch<FwdVaryingSlopeTraits<Tag, kHeadDim>>(p);
   if (mask_of(p.options).has_mask()) return fwd_run_shape<Tag, kHeadDim, true>(p, big_smem);
   return fwd_run_shape<Tag, kHeadDim, false>(p, big_smem);
 }
@@ -127,7 +128,7 @@ Status fwd_run(const FwdParams& p, bool big_smem) {
 template <class Tag, int kHeadDim>
 Status fwd_device_check(const FwdParams& p, bool big_smem) {
   if (p.is_paged()) return fwd_device_check_traits<FwdPagedTraits<Tag, kHeadDim>>();
-  if (fwd_slope_varies(p.options)) return fwd_device_check_traits<FwdVaryingSlopeTraits<Tag, kHeadDim>>();
+  if (score_slope_varies(p.options)) return fwd_device_check_traits<FwdVaryingSlopeTraits<Tag, kHeadDim>>();
   if (mask_of(p.options).has_mask()) return fwd_device_check_shape<Tag, kHeadDim, true>(big_smem);
   return fwd_device_check_shape<Tag, kHeadDim, false>(big_smem);
 }

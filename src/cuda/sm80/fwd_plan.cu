@@ -8,6 +8,7 @@
 #include "cuda/common/device_info.hpp"
 #include "cuda/common/host_runtime.hpp"
 #include "cuda/common/mask.cuh"
+#include "cuda/common/scores.cuh"
 #include "cuda/sm80/fwd_traits.cuh"
 #include "cuda/sm80/instances.hpp"
 
@@ -87,7 +88,7 @@ Status plan_forward(const FwdParams& p, Plan* plan) {
                                std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor));
   }
   // Paged calls and those whose score transform's slope varies run a kernel of the common shape only.
-  const bool big_smem = !p.is_paged() && !fwd_slope_varies(p.options) &&
+  const bool big_smem = !p.is_paged() && !score_slope_varies(p.options) &&
                         fwd_has_big_smem_shape(inst->head_dim, p.dtype) &&
                         static_cast<std::size_t>(dev.smem_optin) >= kFwdBigSmemBytes;
   FLASHATTN_TRY(check_sizes(p, inst->head_dim, big_smem));

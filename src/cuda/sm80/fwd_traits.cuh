@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda/common/scores.cuh"
 #include "cuda/ptx/mma.cuh"
 #include "cuda/sm80/smem_tile.cuh"
 #include "flashattn/flashattn.hpp"
@@ -60,13 +59,6 @@ constexpr DType dtype_of() {
   return std::is_same_v<Tag, ptx::BF16> ? DType::bf16 : DType::f16;
 }
 
-// Whether a call's score transform has a varying slope (the soft cap): such calls run a kernel of
-// their own, of the common shape (FwdTraits::kSlopeVaries; fwd_launch.cuh runs it, fwd_plan.cu keeps
-// them off big_smem).
-inline bool fwd_slope_varies(const AttentionOptions& options) {
-  return score_slope_varies(make_score_transform(options));
-}
-
 template <class Tag_, int kHeadDim_, bool kMasked_, bool kBigSmem_ = false, bool kPaged_ = false,
           bool kSlopeVaries_ = false>
 struct FwdTraits {
@@ -75,8 +67,9 @@ struct FwdTraits {
   static constexpr bool kMasked = kMasked_;   // causal / local window: block skipping + element masks
   static constexpr bool kBigSmem = kBigSmem_; // the shape for GPUs with kFwdBigSmemBytes per block
   static constexpr bool kPaged = kPaged_;     // K/V in block-table pages (common/paged_rows.cuh's PagedRows)
-  // Calls whose score transform's slope varies (the soft cap: common/scores.cuh) run on kernels of
-  // their own (kSlopeVaries; fwd_launch.cuh), the masked kernel of the common shape. The others
+  // Calls whose score transform's slope varies (the soft cap: common/scores.cuh's score_slope_varies)
+  // run on kernels of their own (kSlopeVaries; fwd_launch.cuh), the masked kernel of the common shape
+  // (fwd_plan.cu keeps them off big_smem). The others
   // compile without such transforms' code in their key loop (two MUFU and a clamp per score: 29 % of
   // the loop's instructions at D = 128, never executed), except D = 256 without a mask, whose loop
   // ptxas schedules better with it (H100, sm_90a image: without it −4 % there, +1 / +2 / +2 % at

@@ -83,32 +83,43 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const _
   const int tid = threadIdx.x;
 
   // D and LSE·log2e: each row's hdim_v / 8 chunks go to a power-of-two group of lanes of one warp,
-  // summed with xor-shuffles. block_m is a multiple of 32, so a warp's rows are all in the tile or
-  // all past it and every lane of a warp runs the same iterations.
+  // summed with xor-shuffles (every lane of the warp takes part: rows past the tile or the sequence
+  // add zeros and store nothing). A thread's rows are taken kRowsInFlight at a time, their loads
+  // issued before any is used: one load pair per thread in flight left HBM ~10 % short of its copy
+  // bandwidth on these short-lived blocks.
   const int chunks = p.hdim_v / 8;
   int lanes = 1;
   while (lanes < chunks) lanes *= 2;
-  const int c = tid % lanes;
-  for (int r = tid / lanes; r < p.block_m; r += kPrepostThreads / lanes) {
-    const int row = q.m0 + r;
-    const bool in_seq = row < q.seq.seqlen_q;
-    float acc = 0.f;
-    if (in_seq && c < chunks) {
-      const int64_t grow = q.seq.q_offset + row;
-      const uint4 o = *reinterpret_cast<const uint4*>(
-          static_cast<const uint16_t*>(p.out) +
-          gmem_offset(q.b, grow, q.hq, p.o_batch_stride, p.o_row_stride, p.o_head_stride) + c * 8);
-      const uint4 d = *reinterpret_cast<const uint4*>(
-          static_cast<const uint16_t*>(p.dout) +
-          gmem_offset(q.b, grow, q.hq, p.do_batch_stride, p.do_row_stride, p.do_head_stride) + c * 8);
-      acc = dot8<Tag>(o, d);
+  const int c = tid % lanes, row_step = kPrepostThreads / lanes;
+  constexpr int kRowsInFlight = 4;
+  for (int r0 = tid / lanes; r0 < p.block_m; r0 += kRowsInFlight * row_step) {
+    uint4 o[kRowsInFlight], d[kRowsInFlight];
+    float lse[kRowsInFlight];
+#pragma unroll
+    for (int i = 0; i < kRowsInFlight; ++i) {
+      const int r = r0 + i * row_step, row = q.m0 + r;
+      o[i] = d[i] = make_uint4(0u, 0u, 0u, 0u);
+      lse[i] = kInfinity;  // a padding row's: P = 0 there
+      if (r < p.block_m && row < q.seq.seqlen_q && c < chunks) {
+        const int64_t grow = q.seq.q_offset + row;
+        if (c == 0) lse[i] = p.lse[q.b * p.lse_batch_stride + q.hq * p.lse_head_stride + grow] * kLog2e;
+        o[i] = *reinterpret_cast<const uint4*>(
+            static_cast<const uint16_t*>(p.out) +
+            gmem_offset(q.b, grow, q.hq, p.o_batch_stride, p.o_row_stride, p.o_head_stride) + c * 8);
+        d[i] = *reinterpret_cast<const uint4*>(
+            static_cast<const uint16_t*>(p.dout) +
+            gmem_offset(q.b, grow, q.hq, p.do_batch_stride, p.do_row_stride, p.do_head_stride) + c * 8);
+      }
     }
-    for (int off = lanes / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (c == 0) {
-      p.dsum[q.ws_row + r] = in_seq ? acc : 0.f;
-      p.lse_log2[q.ws_row + r] =
-          in_seq ? p.lse[q.b * p.lse_batch_stride + q.hq * p.lse_head_stride + q.seq.q_offset + row] * kLog2e
-                 : kInfinity;
+#pragma unroll
+    for (int i = 0; i < kRowsInFlight; ++i) {
+      const int r = r0 + i * row_step, row = q.m0 + r;
+      float acc = dot8<Tag>(o[i], d[i]);
+      for (int off = lanes / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+      if (c == 0 && r < p.block_m) {
+        p.dsum[q.ws_row + r] = row < q.seq.seqlen_q ? acc : 0.f;
+        p.lse_log2[q.ws_row + r] = lse[i];
+      }
     }
   }
 
@@ -119,6 +130,10 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const _
   if (tid == 0) p.counters[q.ws_row / p.block_m] = 0;
 }
 
+// The postprocess's chunks are taken kChunksInFlight at a time per thread, their loads issued before
+// any store (as the preprocess's rows).
+constexpr int kChunksInFlight = 4;
+
 // dq = dQ_accum · scale for one query tile, reading the accumulator in the main kernel's order (DqLayout
 // of red width kVec): one chunk is columns c .. c + 7 of rows r (and r + 8 when kVec = 4), 8·kRows
 // consecutive floats.
@@ -126,24 +141,35 @@ template <class Tag, int kVec>
 __device__ void store_dq_tile(const DqLayout& layout, const float* src, uint16_t* dst, int64_t row_stride,
                               int block_m, int rows, int chunks, float scale) {
   constexpr int kRows = DqLayout::chunk_rows(kVec);
-  for (int i = threadIdx.x; i < block_m / kRows * chunks; i += kPrepostThreads) {
-    const int j = i / chunks, c = (i % chunks) * 8;
-    const int r = kRows == 1 ? j : j / 8 * 16 + j % 8;
-    if (r >= rows) continue;
-    float v[8 * kRows];
-    const float4* chunk = reinterpret_cast<const float4*>(src + layout.index(r, c));
+  const int count = block_m / kRows * chunks;
+  for (int i0 = threadIdx.x; i0 < count; i0 += kChunksInFlight * kPrepostThreads) {
+    float v[kChunksInFlight][8 * kRows];
 #pragma unroll
-    for (int k = 0; k < 2 * kRows; ++k) reinterpret_cast<float4*>(v)[k] = chunk[k];
+    for (int k = 0; k < kChunksInFlight; ++k) {
+      const int i = i0 + k * kPrepostThreads, j = i / chunks, c = (i % chunks) * 8;
+      const int r = kRows == 1 ? j : j / 8 * 16 + j % 8;
+      if (i >= count || r >= rows) continue;
+      const float4* chunk = reinterpret_cast<const float4*>(src + layout.index(r, c));
 #pragma unroll
-    for (int h = 0; h < kRows; ++h) {
-      if (h == 1 && r + 8 >= rows) break;
-      uint32_t packed[4];
+      for (int t = 0; t < 2 * kRows; ++t) reinterpret_cast<float4*>(v[k])[t] = chunk[t];
+    }
 #pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        packed[t] = ptx::pack2<Tag>(v[DqLayout::chunk_offset(kVec, h, t, 0)] * scale,
-                                    v[DqLayout::chunk_offset(kVec, h, t, 1)] * scale);
+    for (int k = 0; k < kChunksInFlight; ++k) {
+      const int i = i0 + k * kPrepostThreads, j = i / chunks, c = (i % chunks) * 8;
+      const int r = kRows == 1 ? j : j / 8 * 16 + j % 8;
+      if (i >= count || r >= rows) continue;
+#pragma unroll
+      for (int h = 0; h < kRows; ++h) {
+        if (h == 1 && r + 8 >= rows) break;
+        uint32_t packed[4];
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          packed[t] = ptx::pack2<Tag>(v[k][DqLayout::chunk_offset(kVec, h, t, 0)] * scale,
+                                      v[k][DqLayout::chunk_offset(kVec, h, t, 1)] * scale);
+        }
+        *reinterpret_cast<uint4*>(dst + (r + 8 * h) * row_stride + c) =
+            make_uint4(packed[0], packed[1], packed[2], packed[3]);
       }
-      *reinterpret_cast<uint4*>(dst + (r + 8 * h) * row_stride + c) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
     }
   }
 }
@@ -152,13 +178,25 @@ __device__ void store_dq_tile(const DqLayout& layout, const float* src, uint16_t
 template <class Tag>
 __device__ void store_dq_rows(const float* src, uint16_t* dst, int64_t row_stride, int head_dim, int rows,
                               int chunks, float scale) {
-  for (int i = threadIdx.x; i < rows * chunks; i += kPrepostThreads) {
-    const int r = i / chunks, c = (i % chunks) * 8;
-    const float4* chunk = reinterpret_cast<const float4*>(src + r * head_dim + c);
-    const float4 a = chunk[0], b = chunk[1];
-    *reinterpret_cast<uint4*>(dst + r * row_stride + c) =
-        make_uint4(ptx::pack2<Tag>(a.x * scale, a.y * scale), ptx::pack2<Tag>(a.z * scale, a.w * scale),
-                   ptx::pack2<Tag>(b.x * scale, b.y * scale), ptx::pack2<Tag>(b.z * scale, b.w * scale));
+  const int count = rows * chunks;
+  for (int i0 = threadIdx.x; i0 < count; i0 += kChunksInFlight * kPrepostThreads) {
+    float4 a[kChunksInFlight], b[kChunksInFlight];
+#pragma unroll
+    for (int k = 0; k < kChunksInFlight; ++k) {
+      const int i = i0 + k * kPrepostThreads, r = i / chunks, c = (i % chunks) * 8;
+      if (i >= count) continue;
+      const float4* chunk = reinterpret_cast<const float4*>(src + r * head_dim + c);
+      a[k] = chunk[0];
+      b[k] = chunk[1];
+    }
+#pragma unroll
+    for (int k = 0; k < kChunksInFlight; ++k) {
+      const int i = i0 + k * kPrepostThreads, r = i / chunks, c = (i % chunks) * 8;
+      if (i >= count) continue;
+      *reinterpret_cast<uint4*>(dst + r * row_stride + c) =
+          make_uint4(ptx::pack2<Tag>(a[k].x * scale, a[k].y * scale), ptx::pack2<Tag>(a[k].z * scale, a[k].w * scale),
+                     ptx::pack2<Tag>(b[k].x * scale, b[k].y * scale), ptx::pack2<Tag>(b[k].z * scale, b[k].w * scale));
+    }
   }
 }
 

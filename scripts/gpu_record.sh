@@ -11,7 +11,9 @@
 #
 #   scripts/sm90_prebuild.sh                       (here, 5-25 min on 2 cores)
 #   then, carrying [".prebuilt"]: scripts/gpu_record.sh "$OUT"
-# STEPS=test,sanitize,record,sm80 picks steps; RECORD_ARGS adds bench_gpu.py flags to the record.
+# STEPS=test,sanitize,record,sm80 picks steps; RECORD_ARGS adds bench_gpu.py flags to the record;
+# EXTRA="CMD; CMD ..." runs last, with what time is left (its output in extra.log, in the summary),
+# the pack's build folder as $B (e.g. python3 python/tools/backward_gap.py --lib $B/libflashattn_c.so).
 set -uo pipefail
 OUT=${1:?usage: gpu_record.sh OUT_DIR}
 mkdir -p "$OUT"
@@ -74,6 +76,11 @@ bench() {  # bench NAME SECONDS FLAGS...: bench_gpu.py on the pack's library, it
 # shellcheck disable=SC2086
 has record && bench record 420 --variant sm80=@sm80 ${RECORD_ARGS:-}
 has sm80 && bench sm80 300 --path sm80 --parts grid
+if [ -n "${EXTRA:-}" ]; then
+  export B
+  step extra 600 bash -c "$EXTRA"
+  cat "$OUT/extra.log" >>"$OUT/summary.txt"
+fi
 
 (cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz -- *.log pip.rc 2>/dev/null; rm -f -- *.log pip.rc)
 log "done"

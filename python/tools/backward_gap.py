@@ -19,7 +19,7 @@ With --packed (MHA cells), what the packed form's one gradient tensor saves:
   qkv-unbind    the same through qkv.unbind(2) and flash_attn_func (autograd stacks dq, dk, dv: the
                 packed form before 2026-12-05)
 
-  python python/tools/backward_gap.py --lib build/libflashattn_c.so [--seqlen 16384 --hdim 128 --causal]
+  python python/tools/backward_gap.py --lib build/libflashattn_c.so [--seqlen 16384 --hdim 128 --causal --path sm80]
   GQA: --seqlen 16384 --batch 2 --heads 32 --heads-kv 8 --causal
 """
 import os
@@ -37,23 +37,23 @@ from gap_timing import cell_args, report_interleaved  # noqa: E402
 
 
 def main():
-    a = cell_args(__doc__, seqlen=16384, hdim=128, reps=20, placement=True, packed=True)
+    a = cell_args(__doc__, seqlen=16384, hdim=128, reps=20, placement=True, packed=True, path=True)
     s, d, b, h, hk = a.seqlen, a.hdim, a.batch, a.heads, a.heads_kv
     q, do = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     k, v = (torch.randn(b, s, hk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     fa = FlashAttn(a.lib)
     out = torch.empty_like(q)
     lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-    fa.forward(fa.args(q, k, v, out, lse, causal=a.causal))
+    fa.forward(fa.args(q, k, v, out, lse, causal=a.causal, path=a.path))
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    args = fa.args(q, k, v, out, lse, do, dq, dk, dv, causal=a.causal)
+    args = fa.args(q, k, v, out, lse, do, dq, dk, dv, causal=a.causal, path=a.path)
     keep = fa.with_workspace(args, True, q.device)
 
     def c_api_allocating(outputs, workspace):
         """The C API with dq/dk/dv (outputs) and/or the workspace allocated per call, the rest reused."""
         def call():
             g = [torch.empty_like(t) for t in (q, k, v)] if outputs else [dq, dk, dv]
-            x = fa.args(q, k, v, out, lse, do, *g, causal=a.causal)
+            x = fa.args(q, k, v, out, lse, do, *g, causal=a.causal, path=a.path)
             if workspace:
                 ws = fa.with_workspace(x, True, q.device)
             else:
@@ -64,7 +64,7 @@ def main():
 
     scale = d ** -0.5
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
-    o = flashattn.flash_attn_func(qg, kg, vg, causal=a.causal)
+    o = flashattn.flash_attn_func(qg, kg, vg, causal=a.causal, path=a.path)
     # PyTorch's FlashAttention-2 through the same autograd call: the engine's own cost, paid by both.
     from torch.nn.attention import SDPBackend, sdpa_kernel
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
@@ -76,7 +76,7 @@ def main():
         "c-api": lambda: fa.backward(args),
         "c-api+alloc": c_api_allocating(outputs=True, workspace=True),
         "bwd-op": lambda: _ops.bwd(do, q, k, v, out, lse, None, None, 0, 0, scale, a.causal, -1,
-                                   0 if a.causal else -1, 0.0, False),
+                                   0 if a.causal else -1, 0.0, False, a.path),
         "autograd": lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True),
         "sdpa-flash": lambda: torch.autograd.grad(o_sdpa, (qg, kg, vg), do_t, retain_graph=True),
         "fa2-direct": lambda: torch.ops.aten._flash_attention_backward(do, q, k, v, o2, lse2, None, None, s, s, 0.0,
@@ -84,7 +84,7 @@ def main():
     }
     if a.placement:
         again = [torch.empty_like(t) for t in (q, k, v)]
-        args_again = fa.args(q, k, v, out, lse, do, *again, causal=a.causal)
+        args_again = fa.args(q, k, v, out, lse, do, *again, causal=a.causal, path=a.path)
         keep_again = fa.with_workspace(args_again, True, q.device)  # noqa: F841 -- alive while the ways run
         ways.update({"c-api+ws": c_api_allocating(outputs=False, workspace=True),
                      "c-api+outs": c_api_allocating(outputs=True, workspace=False),
@@ -93,8 +93,8 @@ def main():
         if hk != h:
             raise SystemExit("backward_gap.py: --packed times qkv-packed MHA: leave --heads-kv out")
         qkv = torch.stack((q, k, v), dim=2).requires_grad_()
-        o_packed = flashattn.flash_attn_qkvpacked_func(qkv, causal=a.causal)
-        o_unbind = flashattn.flash_attn_func(*qkv.unbind(2), causal=a.causal)
+        o_packed = flashattn.flash_attn_qkvpacked_func(qkv, causal=a.causal, path=a.path)
+        o_unbind = flashattn.flash_attn_func(*qkv.unbind(2), causal=a.causal, path=a.path)
         ways.update({"qkvpacked": lambda: torch.autograd.grad(o_packed, (qkv,), do, retain_graph=True),
                      "qkv-unbind": lambda: torch.autograd.grad(o_unbind, (qkv,), do, retain_graph=True)})
     report_interleaved(ways, a.reps, 2.5 * 4 * b * h * s * s * d / (2 if a.causal else 1), a.profile)

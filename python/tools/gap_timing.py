@@ -11,8 +11,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from bench_gpu import balanced_orders, rounded_reps  # noqa: E402
 
 
-def cell_args(doc, seqlen, hdim, reps, lib=True, profile=True, placement=False, packed=False):
-    """--seqlen, --hdim, --causal, --reps, and --lib, --profile, --placement and --packed where asked for; the grid's batch =
+def cell_args(doc, seqlen, hdim, reps, lib=True, profile=True, placement=False, packed=False, path=False):
+    """--seqlen, --hdim, --causal, --reps, and --lib, --profile, --placement, --packed and --path where asked for; the grid's batch =
     16k / seqlen and heads = 2048 / hdim unless --batch / --heads say otherwise; --heads-kv for GQA
     (default: heads)."""
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -29,6 +29,8 @@ def cell_args(doc, seqlen, hdim, reps, lib=True, profile=True, placement=False, 
         p.add_argument("--placement", action="store_true", help="also the buffer-placement ways")
     if packed:
         p.add_argument("--packed", action="store_true", help="also the qkv-packed ways")
+    if path:
+        p.add_argument("--path", default="auto", help="kernel family of our calls (auto, sm80, sm90, ...)")
     p.add_argument("--batch", type=int, default=0)
     p.add_argument("--heads", type=int, default=0)
     p.add_argument("--heads-kv", type=int, default=0)

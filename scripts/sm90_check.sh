@@ -20,32 +20,10 @@ cd "$(dirname "$0")/.."
 STEPS=${STEPS:-build,test,sanitize,bench}
 B=${BUILD_DIR:-build-sm90}
 HDIMS="64;128;192;256"
-has() { [[ ",$STEPS," == *",$1,"* ]]; }
-log() { echo "== $(date +%T) $*" | tee -a "$OUT/check.log"; }
-# The device tool stops a command at 600 s: every step is cut to what is left of DEADLINE seconds
-# (default 570) so that the logs are still packed and come back; a step with under 20 s left is
-# skipped, saying so (run it in a second call with STEPS=).
-started=$(date +%s)
+SUMMARY=check.log
 DEADLINE=${DEADLINE:-570}
-left() { echo $(( DEADLINE - ($(date +%s) - started) - 10 )); }
-# run NAME SECONDS CMD...: CMD under a timeout, its output in OUT/NAME.log, its exit status logged,
-# then its test counts, failed tests and where their errors lie (first 20 lines).
-run() {
-  local name=$1 seconds=$2
-  shift 2
-  local remaining
-  remaining=$(left)
-  if [ "$remaining" -lt 20 ]; then
-    echo "$name skipped: $remaining s left of DEADLINE" | tee -a "$OUT/check.log"
-    return
-  fi
-  [ "$seconds" -gt "$remaining" ] && seconds=$remaining
-  timeout "$seconds" "$@" >"$OUT/$name.log" 2>&1
-  echo "$name rc $?" | tee -a "$OUT/check.log"
-  grep -E "^\[  (PASSED|SKIPPED|FAILED) +\] [0-9]+ tests?|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/$name.log" |
-    tee -a "$OUT/check.log"
-  grep -E "^\[  FAILED  \] [A-Z]|breaks the error rule|hazard" "$OUT/$name.log" | head -20 | tee -a "$OUT/check.log"
-}
+# shellcheck source=scripts/device_steps.sh
+source scripts/device_steps.sh
 
 case "$DIRECTION" in
   forward)
@@ -88,10 +66,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 if has build; then
   log "build ($B${PREBUILT:+ from $PREBUILT}) and the Python package, in parallel"
   if [ "${PY_INSTALL:-1}" = 1 ]; then  # 0: the package is installed already
-    ( CMAKE_BUILD_PARALLEL_LEVEL=7 python3 -m pip install -q --no-build-isolation --no-deps ./python \
-        -C cmake.define.FLASHATTN_CUDA=ON -C cmake.define.FLASHATTN_CUDA_ARCHS=90a \
-        -C "cmake.define.FLASHATTN_HEADDIMS=$HDIMS" >"$OUT/pip.log" 2>&1; echo $? >"$OUT/pip.rc" ) &
-    pip_pid=$!
+    install_package 7 "$HDIMS"
   fi
   if [ -n "${PREBUILT:-}" ]; then
     mkdir -p "$B" && tar -xJf "$PREBUILT" -C "$B" >"$OUT/build.log" 2>&1 || { log "unpacking FAILED"; exit 1; }
@@ -155,12 +130,6 @@ if has sanitize; then
       --sms=2 --gtest_filter="$SANITIZE_DIFF"
   done
 fi
-
-wait_for_package() {  # the Python package (built beside the C++ one), while there is time for it
-  if [ -n "${pip_pid:-}" ]; then
-    while kill -0 "$pip_pid" 2>/dev/null && [ "$(left)" -gt 90 ]; do sleep 2; done
-  fi
-}
 
 if has python && [ "$hung" = 0 ]; then
   wait_for_package

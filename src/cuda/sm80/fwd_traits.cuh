@@ -69,11 +69,11 @@ struct FwdTraits {
   static constexpr bool kPaged = kPaged_;     // K/V in block-table pages (common/paged_rows.cuh's PagedRows)
   // Calls whose score transform's slope varies (the soft cap: common/scores.cuh's score_slope_varies)
   // run on kernels of their own (kSlopeVaries; fwd_launch.cuh), the masked kernel of the common shape
-  // (fwd_plan.cu keeps them off big_smem). The others
-  // compile without such transforms' code in their key loop (two MUFU and a clamp per score: 29 % of
-  // the loop's instructions at D = 128, never executed), except D = 256 without a mask, whose loop
-  // ptxas schedules better with it (H100, sm_90a image: without it −4 % there, +1 / +2 / +2 % at
-  // D = 64 / 128 / 256 masked; docs/kernels-sm80-forward.md).
+  // (fwd_plan.cu keeps them off big_smem). The others compile without such transforms' code in their
+  // key loop (two MUFU and a clamp per score: 29 % of the loop's instructions at D = 128, never
+  // executed), except D = 256 without a mask, whose loop ptxas schedules better with it (H100, sm_90a
+  // image: without it −4 % there, +1 / +2 / +2 % at D = 64 / 128 / 256 masked;
+  // docs/kernels-sm80-forward.md).
   static constexpr bool kSlopeVaries = kSlopeVaries_;
   static constexpr bool kEveryTransform = kSlopeVaries || (kHeadDim == 256 && !kMasked);
   static_assert(!kSlopeVaries || (kMasked && !kBigSmem), "such calls run on the masked kernel of the common shape");

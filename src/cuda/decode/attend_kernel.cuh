@@ -149,8 +149,7 @@ struct PagedRowOffsets {
 // (PanelSmemTile), counted on the stage's full mbarrier. A contiguous cache: one box of kBlockN
 // rows per panel and side, at (column, kv head, first key + block start, cache row). A paged cache: one box of
 // box_rows = min(page size, kBlockN) rows per page, panel and side, at (column, kv head, row within
-// the page, page), lane j issuing the block's j-th box; pages smaller than a block (8, 16, 32 keys)
-// come row by row instead, 16-byte cp.async chunks from every producer lane (load_rows). The table entries wait in the producer's
+// the page, page), lane j issuing the block's j-th box. The table entries wait in the producer's
 // registers, a window of 32 boxes per lane pair (current, next): the next window is read when the
 // current one comes into use, so no copy waits for its entry after the prologue, and the first is
 // read before the sequence's length, where the split starts if the sequence fills its capacity
@@ -173,18 +172,8 @@ struct TmaBlocks {
   uint32_t bars;            // stage 0's full mbarrier (stage s: + 8·s; the kStages empty ones follow)
   int h_kv;
   int row0, cache_row;      // contiguous: the sequence's first key's row and its cache row
-  PagedRows pages;          // paged: the sequence's table row (its addressing fields K's)
-  PagedRows v_pages;        // paged, pages smaller than a block: V's addressing
-  const char *k_data, *v_data;
-  int hdim_qk, hdim_v;
+  PagedRows pages;          // paged: the sequence's table row (its addressing fields unused)
   int box_rows, boxes;      // paged: rows per box (min(page size, kBlockN)) and boxes per block and side
-
-  // Pages smaller than a key block are copied row by row by the producer's 32 lanes (16-byte
-  // cp.async chunks, counted on the stage's full mbarrier by one arrival per lane), not as boxes of
-  // a few rows each: on the H200 at batch 1 × 8k, pages of 16 in four boxes per block and side read
-  // 2.50 TB/s against 2.95 for pages of 64 in one (docs/kvcache.md).
-  __device__ __forceinline__ bool rows_by_lanes() const { return Traits::kPaged && boxes > 1; }
-  __device__ __forceinline__ uint32_t full_arrivals() const { return rows_by_lanes() ? 32 : 1; }
 
   // Paged: lane l's entry of a window of 32 boxes, box l counted from block `block0`'s first (lane l
   // covers box l % boxes of block block0 + l / boxes); 0 for keys past the capacity (the table row's
@@ -208,8 +197,6 @@ struct TmaBlocks {
           ptx::tma_load(v_dst + c * KVTile::kPanelBytes, maps.v, bar, 64 * c, h_kv, row0 + key0, cache_row);
         }
       }
-    } else if (rows_by_lanes()) {
-      load_rows(w, key0, k_dst, v_dst, bar, window, slot, lane);
     } else {
       // The lanes holding block n's entries (window lanes slot·boxes + j) issue its boxes themselves,
       // each expecting its own bytes: no shuffle, no division on the way to the copies.
@@ -229,32 +216,6 @@ struct TmaBlocks {
       __syncwarp();
       if (lane == 0) ptx::mbarrier_arrive(bar);  // after every lane's expectation
     }
-  }
-  // Pages smaller than a block: lane l copies chunk column l % kChunksPerRow of rows l / kChunksPerRow,
-  // + 32 / kChunksPerRow, ... of K and V; a row's page entry comes from the window lane holding it.
-  // Rows past the sequence and columns past the head dims are zero-filled, nothing read for them.
-  __device__ __forceinline__ void load_rows(const AttendWork& w, int key0, uint32_t k_dst, uint32_t v_dst,
-                                            uint32_t bar, int window, int slot, int lane) const {
-    constexpr int kChunks = KVTile::kChunksPerRow;
-    static_assert(32 % kChunks == 0 || kChunks % 32 == 0, "lanes cover whole rows or rows whole lanes");
-    constexpr int kRowsPerPass = kChunks >= 32 ? 1 : 32 / kChunks;
-    constexpr int kPassesPerRow = kChunks >= 32 ? kChunks / 32 : 1;
-    const int row_in_pass = lane / (kChunks >= 32 ? 32 : kChunks);
-#pragma unroll 4
-    for (int pass = 0; pass < Traits::kBlockN / kRowsPerPass * kPassesPerRow; ++pass) {
-      const int r = pass / kPassesPerRow * kRowsPerPass + row_in_pass;
-      const int chunk = (pass % kPassesPerRow) * 32 + lane % (kChunks >= 32 ? 32 : kChunks);
-      const int entry = __shfl_sync(0xffffffffu, window, slot * boxes + r / box_rows);
-      const bool in_sequence = key0 + r < w.mask.seqlen_k;
-      const int page = pages.clamp_page(entry);
-      const int64_t k_at = pages.base + int64_t{page} * pages.page_stride + int64_t{r % box_rows} * pages.row_stride;
-      const int64_t v_at = v_pages.base + int64_t{page} * v_pages.page_stride + int64_t{r % box_rows} * v_pages.row_stride;
-      const int col = chunk * kChunkElems;
-      const uint32_t at = KVTile::chunk_offset(r, chunk);
-      ptx::cp_async_16(k_dst + at, k_data + (k_at + col) * kElemBytes, in_sequence && col < hdim_qk ? 16 : 0);
-      ptx::cp_async_16(v_dst + at, v_data + (v_at + col) * kElemBytes, in_sequence && col < hdim_v ? 16 : 0);
-    }
-    ptx::cp_async_mbarrier_arrive_noinc(bar);
   }
   // After block n landed: zero its V rows past the sequence (a partial block only; the caller then
   // needs a barrier before the rows are read).
@@ -595,11 +556,6 @@ __device__ __forceinline__ TmaBlocks<Traits> tma_blocks(const AttendParams& p, u
     blocks.pages = p.index.template rows<true>(p.k, static_cast<int>(blockIdx.z), blocks.h_kv);
     blocks.box_rows = imin(p.index.page_size.divisor, Traits::kBlockN);
     blocks.boxes = Traits::kBlockN / blocks.box_rows;
-    blocks.v_pages = p.index.template rows<true>(p.v, static_cast<int>(blockIdx.z), blocks.h_kv);
-    blocks.k_data = static_cast<const char*>(p.k.data);
-    blocks.v_data = static_cast<const char*>(p.v.data);
-    blocks.hdim_qk = p.hdim_qk;
-    blocks.hdim_v = p.hdim_v;
   }
   return blocks;
 }
@@ -620,7 +576,7 @@ __device__ __forceinline__ bool attend_keys_tma(const AttendParams& p, const Att
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(full + 8 * s, blocks.full_arrivals());
+      ptx::mbarrier_init(full + 8 * s, 1);
       ptx::mbarrier_init(empty + 8 * s, Traits::kThreads);
     }
     ptx::fence_mbarrier_init();

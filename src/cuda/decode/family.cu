@@ -191,13 +191,12 @@ Status tma_fits(const KVCacheParams& p, const DeviceInfo& dev) {
   return sm90::check_tile_map(p.dtype, cache_map_spec(p, true), kWho);
 }
 
-// How the attention kernel loads K/V. The producer warp (TMA kernel) for paged caches whose pages
-// hold whole key blocks (64, 256, ...; TMA boxes) or divide one (8, 16, 32; the producer's lanes copy
-// rows) on an sm_90 GPU with an sm_90 image; cp.async by every thread otherwise. Measured on the H200
-// (docs/kvcache.md, "TMA loads"): at batch 1 × 8k (an L2-resident call, one thread block per SM)
-// pages of 64 and 256 went from 0.86 to 1.05 × the contiguous call; at the other rows TMA and
-// cp.async are within 1.5 %; contiguous caches read 1–3 % slower on TMA at some rows, so they keep
-// cp.async. A test or a benchmark may force either (testing::DecodeLoads).
+// How the attention kernel loads K/V. TMA with a producer warp for paged caches whose pages hold
+// whole key blocks (64, 256, ...) on an sm_90 GPU with an sm_90 image; cp.async otherwise. Measured on
+// the H200 (docs/kvcache.md, "TMA loads"): at batch 1 × 8k (an L2-resident call, one thread block per
+// SM) pages of 64 and 256 went from 0.86 to 1.05 × the contiguous call; at the other rows TMA and
+// cp.async are within 1.5 %; contiguous caches and pages of 16 read 1–3 % slower on TMA at some rows,
+// so they keep cp.async. A test or a benchmark may force either (testing::DecodeLoads).
 Status choose_loads(const KVCacheParams& p, const DeviceInfo& dev, const Instance& inst, int dtype, AttendLoads* loads) {
   const testing::DecodeLoads asked = testing::decode_loads();
   if (asked == testing::DecodeLoads::tma) {
@@ -207,8 +206,7 @@ Status choose_loads(const KVCacheParams& p, const DeviceInfo& dev, const Instanc
   }
   *loads = AttendLoads::cp_async;
   // The cheap tests first: a call that cannot take TMA builds no Status message per call.
-  if (asked == testing::DecodeLoads::automatic && dev.cc_major >= 9 && p.is_paged() &&
-      (p.page_size % kBlockN == 0 || (kBlockN % p.page_size == 0 && p.page_size >= 8)) &&
+  if (asked == testing::DecodeLoads::automatic && dev.cc_major >= 9 && p.is_paged() && p.page_size % kBlockN == 0 &&
       tma_fits(p, dev).ok() && inst.check[dtype](true, AttendLoads::tma).ok()) {
     *loads = AttendLoads::tma;
     return Status::success();

@@ -28,8 +28,7 @@ struct DecodeShape {
 constexpr DecodeShape decode_shape(int head_dim) { return head_dim <= 128 ? DecodeShape{64, 3} : DecodeShape{64, 2}; }
 
 // kTma (sm_90): the K/V blocks arrive by the copy engine, in 64-column boxes of the cache's tensor map
-// (a contiguous block: one box per panel and side; a paged block: one per page and panel; pages
-// smaller than a block: cp.async rows from the producer's lanes) into
+// (a contiguous block: one box per panel and side; a paged block: one per page and panel) into
 // 128-byte-swizzled panel tiles, issued by a fifth warp (the producer) and handed to the four
 // attending warps through full/empty mbarriers per stage. Else cp.async: every thread copies 16-byte
 // chunks of several rows into swizzled tiles.

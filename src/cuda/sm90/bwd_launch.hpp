@@ -79,7 +79,8 @@ constexpr int bwd_order_pairs(const BackwardCall& c, int pairs, int num_sms) {
 // part without a branch per element: 1.20-1.32 x / 1.10-1.16 x the kernel before on the H100, so 1.16
 // x sm80's at causal D = 64 512 there, 1.10-1.48 x at every masked D = 64 / 128 cell of the d2cf58e
 // record, GQA and varlen included; on the H200, whose ratios before were 0.90 / 0.99 at the shortest
-// masked cells, that gain is expected, not yet measured). Calls whose key blocks run in parts
+// masked cells, 1.12 / 1.09 x at causal 512 and 1.04-1.46 x at every masked D = 64 / 128 cell of the
+// 8262cf7 record). Calls whose key blocks run in parts
 // (bwd_parts) are read per CTA (a part's query heads): 1.11-1.20 x sm80's on both GPUs (MQA 32/1 rows
 // on the H100, batch-1 MQA and GQA on both: 2026-12-06-h100-7c39f46-sm90-bwd-parts-tests-cli.txt,
 // docs/kernels-sm90-backward.md).

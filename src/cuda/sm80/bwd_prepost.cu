@@ -113,11 +113,11 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const _
     }
 #pragma unroll
     for (int i = 0; i < kRowsInFlight; ++i) {
-      const int r = r0 + i * row_step, row = q.m0 + r;
-      float acc = dot8<Tag>(o[i], d[i]);
+      const int r = r0 + i * row_step;
+      float acc = dot8<Tag>(o[i], d[i]);  // 0 past the sequence: O and dO loaded as zeros there
       for (int off = lanes / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
       if (c == 0 && r < p.block_m) {
-        p.dsum[q.ws_row + r] = row < q.seq.seqlen_q ? acc : 0.f;
+        p.dsum[q.ws_row + r] = acc;
         p.lse_log2[q.ws_row + r] = lse[i];
       }
     }
@@ -134,6 +134,7 @@ __global__ void __launch_bounds__(kPrepostThreads) bwd_preprocess_kernel(const _
 // any store (as the preprocess's rows).
 constexpr int kChunksInFlight = 4;
 
+
 // dq = dQ_accum · scale for one query tile, reading the accumulator in the main kernel's order (DqLayout
 // of red width kVec): one chunk is columns c .. c + 7 of rows r (and r + 8 when kVec = 4), 8·kRows
 // consecutive floats.
@@ -144,20 +145,21 @@ __device__ void store_dq_tile(const DqLayout& layout, const float* src, uint16_t
   const int count = block_m / kRows * chunks;
   for (int i0 = threadIdx.x; i0 < count; i0 += kChunksInFlight * kPrepostThreads) {
     float v[kChunksInFlight][8 * kRows];
+    int row[kChunksInFlight], col[kChunksInFlight];  // each chunk's place, found once
 #pragma unroll
     for (int k = 0; k < kChunksInFlight; ++k) {
-      const int i = i0 + k * kPrepostThreads, j = i / chunks, c = (i % chunks) * 8;
-      const int r = kRows == 1 ? j : j / 8 * 16 + j % 8;
-      if (i >= count || r >= rows) continue;
-      const float4* chunk = reinterpret_cast<const float4*>(src + layout.index(r, c));
+      const int i = i0 + k * kPrepostThreads, j = i / chunks;
+      row[k] = kRows == 1 ? j : j / 8 * 16 + j % 8;
+      col[k] = (i % chunks) * 8;
+      if (i >= count || row[k] >= rows) continue;
+      const float4* chunk = reinterpret_cast<const float4*>(src + layout.index(row[k], col[k]));
 #pragma unroll
       for (int t = 0; t < 2 * kRows; ++t) reinterpret_cast<float4*>(v[k])[t] = chunk[t];
     }
 #pragma unroll
     for (int k = 0; k < kChunksInFlight; ++k) {
-      const int i = i0 + k * kPrepostThreads, j = i / chunks, c = (i % chunks) * 8;
-      const int r = kRows == 1 ? j : j / 8 * 16 + j % 8;
-      if (i >= count || r >= rows) continue;
+      const int r = row[k], c = col[k];
+      if (i0 + k * kPrepostThreads >= count || r >= rows) continue;
 #pragma unroll
       for (int h = 0; h < kRows; ++h) {
         if (h == 1 && r + 8 >= rows) break;
@@ -181,18 +183,21 @@ __device__ void store_dq_rows(const float* src, uint16_t* dst, int64_t row_strid
   const int count = rows * chunks;
   for (int i0 = threadIdx.x; i0 < count; i0 += kChunksInFlight * kPrepostThreads) {
     float4 a[kChunksInFlight], b[kChunksInFlight];
+    int row[kChunksInFlight], col[kChunksInFlight];  // each chunk's place, found once
 #pragma unroll
     for (int k = 0; k < kChunksInFlight; ++k) {
-      const int i = i0 + k * kPrepostThreads, r = i / chunks, c = (i % chunks) * 8;
+      const int i = i0 + k * kPrepostThreads;
+      row[k] = i / chunks;
+      col[k] = (i % chunks) * 8;
       if (i >= count) continue;
-      const float4* chunk = reinterpret_cast<const float4*>(src + r * head_dim + c);
+      const float4* chunk = reinterpret_cast<const float4*>(src + row[k] * head_dim + col[k]);
       a[k] = chunk[0];
       b[k] = chunk[1];
     }
 #pragma unroll
     for (int k = 0; k < kChunksInFlight; ++k) {
-      const int i = i0 + k * kPrepostThreads, r = i / chunks, c = (i % chunks) * 8;
-      if (i >= count) continue;
+      const int r = row[k], c = col[k];
+      if (i0 + k * kPrepostThreads >= count) continue;
       *reinterpret_cast<uint4*>(dst + r * row_stride + c) =
           make_uint4(ptx::pack2<Tag>(a[k].x * scale, a[k].y * scale), ptx::pack2<Tag>(a[k].z * scale, a[k].w * scale),
                      ptx::pack2<Tag>(b[k].x * scale, b[k].y * scale), ptx::pack2<Tag>(b[k].z * scale, b[k].w * scale));

@@ -1,12 +1,13 @@
 """The decode kernel's ways of loading K/V side by side on the GPU: BENCHMARK.md's decode rows (bf16,
 GQA 32/8, hdim 128; contiguous and paged at 16/64/256) through flash_attn_with_kvcache(path="decode"),
 once with each (flashattn._C.set_decode_loads: "cp_async", 16-byte chunks by every thread; "tma", TMA
-boxes of the caches' tensor maps, sm_90), with cuDNN (PyTorch SDPA) in the same process. Timed as bench_gpu.py's
+boxes of the caches' tensor maps, sm_90; "producer_cp_async", the same chunks by a producer warpgroup,
+sm_90), with cuDNN (PyTorch SDPA) in the same process. Timed as bench_gpu.py's
 decode part: a CUDA graph of 20 calls per implementation (the loads are fixed when the graph is
 captured), replays interleaved in balanced orders, median. A tool for choosing between them, not a
 record.
 
-    python3 bench/decode_loads.py [--loads cp_async,tma] [--shapes 1:8192:1,128:2048:1] [--json OUT]
+    python3 bench/decode_loads.py [--loads cp_async,tma,producer_cp_async] [--shapes 1:8192:1,128:2048:1] [--json OUT]
 """
 import argparse
 import json

@@ -53,7 +53,7 @@ case "$DIRECTION" in
     CUDA_FILTER='CudaDecode*:CudaPtxSm90*'
     SMOKE='All/KVCacheTmaLoads.MatchesReference/len300_77_0_513_cap520_q1_h4x2_d64_f16_page16'
     SMOKE_TEST=kvcache_test
-    SANITIZE_DECODE='All/KVCacheTmaLoads.*page16*:All/KVCacheTmaLoads.*page8*:All/PagedEqualsContiguous.BitwiseWithTmaLoads/decode_page32'
+    SANITIZE_DECODE='All/KVCacheTmaLoads.*page16*:All/KVCacheTmaLoads.*page8*:All/PagedEqualsContiguous.BitwiseWithTmaLoads/decode_page32:All/KVCacheProducerLoads.*page16*:All/KVCacheProducerLoads.*page3*:All/PagedEqualsContiguous.BitwiseWithProducerLoads/decode_page1'
     MODES=decode
     NCU_DEFAULT=""
     ;;

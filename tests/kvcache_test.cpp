@@ -197,23 +197,32 @@ TEST_P(KVCacheForwardRoute, DecodeKernelStillTakesLongQueries) {
   expect_matches_on(knobs::KVCacheRoute::decode);
 }
 
-// Every case again on the decode kernel with TMA K/V loads (sm_90; the route forced off so long
-// queries stay on the kernel). Skipped where the GPU, the build or the cache's layout has none.
-class KVCacheTmaLoads : public ::testing::TestWithParam<KVCase> {};
-
-TEST_P(KVCacheTmaLoads, MatchesReference) {
+// Every case on the decode kernel with its K/V loads forced to `loads` (the route forced off so
+// long queries stay on the kernel). Skipped where the GPU, the build or the cache's layout has none.
+void expect_matches_with_loads(const KVCase& c, knobs::DecodeLoads loads) {
   const Backend backend{"decode", flashattn::Device::cuda};
   FA_REQUIRE_BACKEND(backend);
   const RouteForced route(knobs::KVCacheRoute::decode);
-  const LoadsForced forced(knobs::DecodeLoads::tma);
+  const LoadsForced forced(loads);
   Rng rng;
-  KVProblem p = make_kv_problem(GetParam(), rng);
+  KVProblem p = make_kv_problem(c, rng);
   const KVExpected e = expect_of(p);
   FA_RUN_OR_SKIP(run_kvcache(backend, p));
   expect_kvcache_matches(p, e);
 }
 
+// TMA boxes issued by a producer warp (sm_90).
+class KVCacheTmaLoads : public ::testing::TestWithParam<KVCase> {};
+TEST_P(KVCacheTmaLoads, MatchesReference) { expect_matches_with_loads(GetParam(), knobs::DecodeLoads::tma); }
 INSTANTIATE_TEST_SUITE_P(All, KVCacheTmaLoads, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<KVCase>& info) { return info.param.name(); });
+
+// cp.async chunks copied by a producer warpgroup (sm_90), contiguous caches too.
+class KVCacheProducerLoads : public ::testing::TestWithParam<KVCase> {};
+TEST_P(KVCacheProducerLoads, MatchesReference) {
+  expect_matches_with_loads(GetParam(), knobs::DecodeLoads::producer_cp_async);
+}
+INSTANTIATE_TEST_SUITE_P(All, KVCacheProducerLoads, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<KVCase>& info) { return info.param.name(); });
 
 // A paged cache holding bitwise the same keys and values as a contiguous one gives bitwise the
@@ -226,9 +235,13 @@ class PagedEqualsContiguous : public ::testing::TestWithParam<std::tuple<Backend
 
 TEST_P(PagedEqualsContiguous, Bitwise) { expect_bitwise(knobs::DecodeLoads::automatic, knobs::DecodeLoads::automatic); }
 
-// The same with the decode kernel's TMA loads (skipped where the GPU has none).
+// The same with the decode kernel's TMA loads, and with its cp.async producer (skipped where the
+// GPU has none).
 TEST_P(PagedEqualsContiguous, BitwiseWithTmaLoads) {
   expect_bitwise(knobs::DecodeLoads::tma, knobs::DecodeLoads::tma);
+}
+TEST_P(PagedEqualsContiguous, BitwiseWithProducerLoads) {
+  expect_bitwise(knobs::DecodeLoads::producer_cp_async, knobs::DecodeLoads::producer_cp_async);
 }
 
 void PagedEqualsContiguous::expect_bitwise(knobs::DecodeLoads contiguous_loads, knobs::DecodeLoads paged_loads) {

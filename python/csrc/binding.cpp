@@ -51,7 +51,8 @@ NB_MODULE(_C, m) {
         "\"forward\" (wherever it can), \"decode\" (always the decode kernel).");
   m.def("set_decode_loads", &set_decode_loads, "loads"_a,
         "Testing aid: how the GPU decode kernel loads K/V: \"auto\" (its own choice), \"cp_async\" (16-byte "
-        "chunks), \"tma\" (TMA boxes; sm_90).");
+        "chunks by every thread), \"tma\" (TMA boxes; sm_90), \"producer_cp_async\" (16-byte chunks by a producer "
+        "warpgroup; sm_90).");
   m.def("last_error_code", &torch_ops::last_error_code,
         "The StatusCode of the last error a flashattn operator raised on this thread.");
 

@@ -295,7 +295,7 @@ def test_set_kvcache_route_names_its_choices():
 
 
 def test_set_decode_loads_names_its_choices():
-    with pytest.raises(ValueError, match='loads: "bulk" is not one of "auto", "cp_async", "tma"'):
+    with pytest.raises(ValueError, match='loads: "bulk" is not one of "auto", "cp_async", "tma", "producer_cp_async"'):
         flashattn._C.set_decode_loads("bulk")
     flashattn._C.set_decode_loads("auto")
 

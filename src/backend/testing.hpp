@@ -28,9 +28,10 @@ enum class CpuProducts { automatic = 0, f32 = 1, bf16 = 2 };
 // chosen by the number of query rows, always the forward, or always the decode kernel.
 enum class KVCacheRoute { automatic = 0, forward = 1, decode = 2 };
 
-// How the decode family's attention kernel loads K/V (decode/launch.hpp's AttendLoads): its own
-// choice, cp.async chunks, or TMA boxes (sm_90).
-enum class DecodeLoads { automatic = 0, cp_async = 1, tma = 2 };
+// How the decode family's attention kernel loads K/V (decode/shape.cuh's AttendLoads): its own
+// choice, cp.async chunks by every thread, TMA boxes (sm_90), or cp.async chunks by a producer
+// warpgroup (sm_90).
+enum class DecodeLoads { automatic = 0, cp_async = 1, tma = 2, producer_cp_async = 3 };
 
 // Each knob's values by name, one table for the test binaries' flags (tests/support/main.cpp) and
 // Python's setters (python/csrc/binding.cpp).
@@ -44,7 +45,8 @@ inline constexpr Named<CpuProducts> kCpuProductsNames[] = {
 inline constexpr Named<KVCacheRoute> kKVCacheRouteNames[] = {
     {"auto", KVCacheRoute::automatic}, {"forward", KVCacheRoute::forward}, {"decode", KVCacheRoute::decode}};
 inline constexpr Named<DecodeLoads> kDecodeLoadsNames[] = {
-    {"auto", DecodeLoads::automatic}, {"cp_async", DecodeLoads::cp_async}, {"tma", DecodeLoads::tma}};
+    {"auto", DecodeLoads::automatic}, {"cp_async", DecodeLoads::cp_async}, {"tma", DecodeLoads::tma},
+    {"producer_cp_async", DecodeLoads::producer_cp_async}};
 
 // The value called `name` in `table`, or nullptr.
 template <class Value, std::size_t N>

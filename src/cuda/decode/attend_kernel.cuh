@@ -6,13 +6,16 @@
 // K/V byte once for all the rows that need it. Per key block, per warp:
 //   S = Q·Kᵀ (mma.sync) → score transform (scale / soft cap) → mask (packed rows: row r is query
 //   r / group_size) → online softmax update → P·V into the warp's fp32 output.
-// K/V blocks stream through kStages shared-memory stages, loaded one of two ways (Traits::kTma):
+// K/V blocks stream through kStages shared-memory stages, loaded one of three ways (Traits::kLoads):
 //   cp.async (attend_keys_cp_async, every arch): 16-byte chunks by every thread, rows past the
 //     sequence and columns past the head dim zero-filled, never read, each row found through the
 //     cache's row addressing (contiguous or block-table pages, clamped: params.cuh);
-//   TMA (attend_keys_tma, sm_90): boxes of the caches' tensor maps issued by a producer warp beside
-//     the four, handed over through full/empty mbarriers (TmaBlocks).
-// family.cu chooses (TMA for pages of whole key blocks on sm_90).
+//   TMA (sm_90): boxes of the caches' tensor maps issued by a producer warp beside the four
+//     (TmaBlocks);
+//   producer cp.async (sm_90): the same chunks as cp.async, copied by a producer warpgroup beside the
+//     four (produce_cp_async);
+//   both producers hand the stages over through full/empty mbarriers (attend_keys_producer).
+// family.cu chooses (shape.cuh's AttendLoads says when).
 // At the end the warps merge their (max, sum, output) per row through shared memory, exactly as the
 // combine kernel merges splits; the block writes the final O and LSE when there is one split, else
 // its fp32 partial output and LSE (−inf for an empty split) for combine.cu.
@@ -232,6 +235,8 @@ struct TmaBlocks {
 // Key block n of one side of the cache → a stage (cp.async; keys past the sequence and columns past
 // `dim` zeroed). A thread moves one chunk column of rows row0, row0 + kLoadRowStep, ...; their
 // element offsets are `offsets` (paged: staged by PagedRowOffsets) or the sequence's row stride apart.
+// `tid` counts the copying threads (the producer's, with one). A producer zeroes by a copy that reads
+// nothing (source size 0): the stage's full mbarrier counts its copies, not its plain stores.
 template <class Traits>
 __device__ __forceinline__ void load_kv_block(const AttendWork& w, const char* data, const int64_t (&offsets)[Traits::kLoadRows],
                                               int dim, int n, uint32_t stage, int tid) {
@@ -255,6 +260,8 @@ __device__ __forceinline__ void load_kv_block(const AttendWork& w, const char* d
     const int key = key0 + row;
     if (column_valid && key < w.mask.seqlen_k) {
       ptx::cp_async_16(dst, column + offsets[i] * kElemBytes);
+    } else if constexpr (Traits::kProducerCopies) {
+      ptx::cp_async_16(dst, data, 0);
     } else {
       TileIO<KVTile, Traits::kThreads>::store_zero_16(dst);
     }
@@ -329,11 +336,11 @@ __device__ __forceinline__ void report_empty_split(const AttendParams& p, const 
   }
 }
 
-// A barrier of the attending warps: __syncthreads, or with TMA (a producer warp beside them that
-// does not take part) named barrier 1 over the kThreads attending threads.
+// A barrier of the attending warps: __syncthreads, or with a producer beside them (which does not
+// take part) named barrier 1 over the kThreads attending threads.
 template <class Traits>
 __device__ __forceinline__ void attending_sync() {
-  if constexpr (Traits::kTma) {
+  if constexpr (Traits::kWarpSpecialized) {
     ptx::named_barrier_sync(1, Traits::kThreads);
   } else {
     __syncthreads();
@@ -560,55 +567,124 @@ __device__ __forceinline__ TmaBlocks<Traits> tma_blocks(const AttendParams& p, u
   return blocks;
 }
 
-// The key loop on TMA (sm_90, TmaBlocks), warp-specialized: a producer warp (the last one) issues
-// the loads of every block into the ring of kStages stages as soon as a stage is empty, and the
-// kWarps attending warps wait for a block on its stage's full mbarrier and give the stage back on its
-// empty mbarrier once they have read it. So no attending warp waits for a load to be issued, and
-// nothing beyond the two mbarriers orders them per block (with one warp per scheduler at one thread
-// block per SM, every instruction on an attending warp's path counts). Returns false on the producer,
-// which has nothing more to do.
+// The TMA producer warp's loop (TmaBlocks): every block of the split into the ring of kStages stages
+// as soon as a stage is empty. Paged: the entry windows follow the blocks.
 template <class Traits>
-__device__ __forceinline__ bool attend_keys_tma(const AttendParams& p, const AttendWork& w, uint32_t base,
-                                                TmaBlocks<Traits>& blocks, EntryWindows windows, KeyLoop<Traits>& L,
-                                                int tid, int lane) {
+__device__ __forceinline__ void produce_tma(const AttendParams& p, const AttendWork& w, TmaBlocks<Traits>& blocks,
+                                            EntryWindows windows, int lane) {
   constexpr int kStages = Traits::kStages;
-  const uint32_t full = blocks.bars, empty = blocks.bars + 8 * kStages;
+  const uint32_t empty = blocks.bars + 8 * kStages;
+  int per_window = 1;
+  if constexpr (Traits::kPaged) {
+    per_window = 32 / blocks.boxes;
+    if (windows.begin != w.n_begin) {
+      windows.cur = blocks.window_entry(w.n_begin, p.index.capacity, lane);
+      windows.nxt = blocks.window_entry(w.n_begin + per_window, p.index.capacity, lane);
+    }
+  } else {
+    blocks.row0 = p.index.first_key(w.b);
+    blocks.cache_row = p.index.cache_row(w.b);
+  }
+  int stage = 0, slot = 0;
+  uint32_t phase = 0;
+  for (int n = w.n_begin; n < w.n_end; ++n) {
+    if constexpr (Traits::kPaged) {
+      if (slot == per_window) {  // block n opens the next window of entries
+        slot = 0;
+        windows.cur = windows.nxt;
+        windows.nxt = blocks.window_entry(n + per_window, p.index.capacity, lane);
+      }
+    }
+    ptx::mbarrier_wait(empty + 8 * stage, phase ^ 1);  // a fresh stage passes at once
+    blocks.load(w, n, stage, windows.cur, slot, lane);
+    ++slot;
+    if (++stage == kStages) stage = 0, phase ^= 1;
+  }
+}
+
+// The cp.async producer warpgroup's loop: thread pt (0 ≤ pt < kThreads) copies what attending thread
+// pt copies in attend_keys_cp_async, each block as soon as its stage is empty, and arrives on the
+// stage's full mbarrier once its copies have landed (cp.async.mbarrier.arrive.noinc: one of the
+// kThreads arrivals the barrier expects). Paged: the thread first stages the offset of row
+// pt % kBlockN of side pt / kBlockN into the offset ring (PagedRowOffsets; buffer = the block's
+// stage), from the table entry it read a block earlier (in flight while it waited for the stage),
+// and named barrier 2 over the producer's threads orders those stores before the copies read them.
+// (Why a warpgroup and not the TMA producer's single warp issuing rows: one warp's 64 copies per lane
+// and block kept too few bytes in flight, 0.44 × every thread's cp.async at batch 1 × 8k; and TMA's
+// boxes for pages of 16 keys read 0.89 × the contiguous call there, docs/kvcache.md.)
+template <class Traits>
+__device__ __forceinline__ void produce_cp_async(const AttendParams& p, const AttendWork& w, unsigned char* smem,
+                                                 uint32_t base, int pt) {
+  using KVTile = typename Traits::KVTile;
+  constexpr int kStages = Traits::kStages;
+  const uint32_t full = base + Traits::kBarriersOffset, empty = full + 8 * kStages;
+  const uint32_t s_k = base + Traits::kKOffset, s_v = base + Traits::kVOffset;
+  const SequenceRows<Traits::kPaged> k_rows = p.index.template key_rows<Traits::kPaged>(p.k, w.b, w.h_kv);
+  const SequenceRows<Traits::kPaged> v_rows = p.index.template key_rows<Traits::kPaged>(p.v, w.b, w.h_kv);
+  const char* k_data = static_cast<const char*>(p.k.data);
+  const char* v_data = static_cast<const char*>(p.v.data);
+  [[maybe_unused]] PagedRowOffsets<Traits> paged;
+  [[maybe_unused]] int entry = 0;
+  if constexpr (Traits::kPaged) {
+    paged.ring = reinterpret_cast<int64_t*>(smem + Traits::kRowOffsetsOffset);
+    paged.entries = nullptr;  // entries wait in a register here, not in a ring
+    paged.side = pt / Traits::kBlockN;
+    paged.row = pt % Traits::kBlockN;
+    paged.rows = paged.side == 0 ? k_rows : v_rows;
+    if (w.n_begin < w.n_end) entry = paged.entry_for(w, w.n_begin);
+  }
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int n = w.n_begin; n < w.n_end; ++n) {
+    int64_t k_off[Traits::kLoadRows], v_off[Traits::kLoadRows];
+    if constexpr (Traits::kPaged) {
+      paged.stage(w, n, stage, entry);
+      ptx::named_barrier_sync(2, Traits::kProducerThreads);
+      if (n + 1 < w.n_end) entry = paged.entry_for(w, n + 1);
+      const int row0 = pt / KVTile::kChunksPerRow;
+      paged.read(stage, 0, row0, k_off);
+      paged.read(stage, 1, row0, v_off);
+    } else {
+      contiguous_offsets<Traits>(k_rows, n, pt, k_off);
+      contiguous_offsets<Traits>(v_rows, n, pt, v_off);
+    }
+    ptx::mbarrier_wait(empty + 8 * stage, phase ^ 1);  // a fresh stage passes at once
+    load_kv_block<Traits>(w, k_data, k_off, p.hdim_qk, n, s_k + stage * KVTile::kBytes, pt);
+    load_kv_block<Traits>(w, v_data, v_off, p.hdim_v, n, s_v + stage * KVTile::kBytes, pt);
+    ptx::cp_async_mbarrier_arrive_noinc(full + 8 * stage);
+    if (++stage == kStages) stage = 0, phase ^= 1;
+  }
+  ptx::cp_async_wait<0>();  // no copy outlives the thread that issued it
+}
+
+// The key loop with a producer (sm_90; TMA or cp.async, Traits::kLoads), warp-specialized: the
+// producer (the threads from kThreads on) loads every block into the ring of kStages stages as soon
+// as a stage is empty, and the kWarps attending warps wait for a block on its stage's full mbarrier
+// and give the stage back on its empty mbarrier once they have read it. So no attending warp waits
+// for a load to be issued, and nothing beyond the two mbarriers orders them per block (with one warp
+// per scheduler at one thread block per SM, every instruction on an attending warp's path counts).
+// Returns false on the producer, which has nothing more to do.
+template <class Traits, class Blocks>
+__device__ __forceinline__ bool attend_keys_producer(const AttendParams& p, const AttendWork& w, unsigned char* smem,
+                                                     uint32_t base, Blocks& blocks, EntryWindows windows,
+                                                     KeyLoop<Traits>& L, int tid, int lane) {
+  constexpr int kStages = Traits::kStages;
+  const uint32_t full = base + Traits::kBarriersOffset, empty = full + 8 * kStages;
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(full + 8 * s, 1);
+      ptx::mbarrier_init(full + 8 * s, Traits::kTma ? 1 : Traits::kProducerThreads);
       ptx::mbarrier_init(empty + 8 * s, Traits::kThreads);
     }
     ptx::fence_mbarrier_init();
   }
   __syncthreads();  // the mbarriers initialized (every warp, the producer's included)
 
-  if (tid >= Traits::kThreads) {  // the producer warp
-    int per_window = 1;
-    if constexpr (Traits::kPaged) {
-      per_window = 32 / blocks.boxes;
-      if (windows.begin != w.n_begin) {
-        windows.cur = blocks.window_entry(w.n_begin, p.index.capacity, lane);
-        windows.nxt = blocks.window_entry(w.n_begin + per_window, p.index.capacity, lane);
-      }
+  if (tid >= Traits::kThreads) {
+    if constexpr (Traits::kTma) {
+      produce_tma<Traits>(p, w, blocks, windows, lane);
     } else {
-      blocks.row0 = p.index.first_key(w.b);
-      blocks.cache_row = p.index.cache_row(w.b);
-    }
-    int stage = 0, slot = 0;
-    uint32_t phase = 0;
-    for (int n = w.n_begin; n < w.n_end; ++n) {
-      if constexpr (Traits::kPaged) {
-        if (slot == per_window) {  // block n opens the next window of entries
-          slot = 0;
-          windows.cur = windows.nxt;
-          windows.nxt = blocks.window_entry(n + per_window, p.index.capacity, lane);
-        }
-      }
-      ptx::mbarrier_wait(empty + 8 * stage, phase ^ 1);  // a fresh stage passes at once
-      blocks.load(w, n, stage, windows.cur, slot, lane);
-      ++slot;
-      if (++stage == kStages) stage = 0, phase ^= 1;
+      produce_cp_async<Traits>(p, w, smem, base, tid - Traits::kThreads);
     }
     return false;
   }
@@ -621,12 +697,14 @@ __device__ __forceinline__ bool attend_keys_tma(const AttendParams& p, const Att
   uint32_t phase = 0;
   for (int n = w.n_begin; n < w.n_end; ++n) {
     ptx::mbarrier_wait(full + 8 * stage, phase);
-    if ((n + 1) * Traits::kBlockN > w.mask.seqlen_k) {
-      blocks.zero_rows_past_sequence(w, n, stage, tid);
-      attending_sync<Traits>();
+    if constexpr (Traits::kTma) {  // (the cp.async producer zero-fills such rows itself)
+      if ((n + 1) * Traits::kBlockN > w.mask.seqlen_k) {
+        blocks.zero_rows_past_sequence(w, n, stage, tid);
+        attending_sync<Traits>();
+      }
     }
     attend_key_block<Traits>(L, w, n, stage, lane);
-    ptx::fence_proxy_async_shared_cta();  // this stage's reads (and zero stores), before TMA refills it
+    if constexpr (Traits::kTma) ptx::fence_proxy_async_shared_cta();  // this stage's reads (and zero stores), before TMA refills it
     ptx::mbarrier_arrive(empty + 8 * stage);
     if (++stage == kStages) stage = 0, phase ^= 1;
   }
@@ -672,11 +750,11 @@ __device__ __forceinline__ void attend_block(const AttendParams& p, const CacheM
     for (int c = 0; c < 4; ++c) L.acc[0][di][c] = 0.f;
   L.softmax.init();
 
-  if constexpr (Traits::kTma) {
+  if constexpr (Traits::kWarpSpecialized) {
 #if FLASHATTN_PTX_SM90
-    if (!attend_keys_tma<Traits>(p, w, base, blocks, windows, L, tid, lane)) return;
+    if (!attend_keys_producer<Traits>(p, w, smem, base, blocks, windows, L, tid, lane)) return;
 #else
-    FLASHATTN_PTX_UNSUPPORTED("the decode kernel's TMA loads need sm_90");
+    FLASHATTN_PTX_UNSUPPORTED("the decode kernel's producer loads need sm_90");
 #endif
   } else {
     attend_keys_cp_async<Traits>(p, w, smem, L, tid, lane);
@@ -688,9 +766,10 @@ __device__ __forceinline__ void attend_block(const AttendParams& p, const CacheM
   merge_warps_and_store<Traits>(p, w, smem, L.softmax, L.acc, L.scores.exp_mult, warp, lane, tid);
 }
 
-// The cp.async kernel (every arch from sm_80).
+// The cp.async kernels: every thread copying (every arch from sm_80), or a producer warpgroup
+// (sm_90; its sm_80 image only traps and is never chosen).
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kThreads) attend_kernel(const __grid_constant__ AttendParams p) {
+__global__ void __launch_bounds__(Traits::kLaunchThreads) attend_kernel(const __grid_constant__ AttendParams p) {
 #if FLASHATTN_PTX_SM80
   attend_block<Traits>(p, CacheMaps{nullptr, nullptr});
 #else

@@ -1,6 +1,6 @@
 // Launch code of the decode attention kernel for one (Tag, D) instance: the contiguous- and the
-// paged-cache kernel, each with cp.async or TMA loads, their shared-memory opt-in, and their device
-// check. Included only by the generated per-instance translation units.
+// paged-cache kernel, each with every way of loading (AttendLoads), their shared-memory opt-in, and
+// their device check. Included only by the generated per-instance translation units.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,13 +30,13 @@ Status attend_launch_traits(const AttendParams& p, const AttendMaps* maps, cudaS
   } else {
     auto* kernel = &attend_kernel<Traits>;
     FLASHATTN_TRY(opt_in_dynamic_smem("cuda decode", kernel, Traits::kSmemBytes, opted_in));
-    kernel<<<grid, dim3(Traits::kThreads), Traits::kSmemBytes, stream>>>(p);
+    kernel<<<grid, dim3(Traits::kLaunchThreads), Traits::kSmemBytes, stream>>>(p);
   }
   return cuda_status("cuda decode", cudaGetLastError(), "attention kernel launch");
 }
 
-// Whether the kernel has an image for this GPU and fits its shared memory (once per device); the
-// TMA kernel also needs its image to be sm_90's (an sm_80 image of it only traps).
+// Whether the kernel has an image for this GPU and fits its shared memory (once per device); a
+// kernel with a producer also needs its image to be sm_90's (an sm_80 image of it only traps).
 template <class Traits, class Kernel>
 Status attend_check_kernel(Kernel* kernel) {
   static DeviceFlags checked;
@@ -44,11 +44,11 @@ Status attend_check_kernel(Kernel* kernel) {
   if (checked.test(current)) return Status::success();
   static DeviceFlags fits;
   FLASHATTN_TRY(check_kernel_fits("cuda decode", kernel, Traits::kSmemBytes, Traits::kHeadDim, fits));
-  if constexpr (Traits::kTma) {
+  if constexpr (Traits::kWarpSpecialized) {
     cudaFuncAttributes attr{};
     FLASHATTN_TRY(cuda_status("cuda decode", cudaFuncGetAttributes(&attr, kernel), "kernel attributes"));
     if (attr.binaryVersion < 90) {
-      return Status::unsupported("cuda decode: the TMA attention kernel needs an sm_90 image (this GPU runs sm_" +
+      return Status::unsupported("cuda decode: the producer attention kernels need an sm_90 image (this GPU runs sm_" +
                                  std::to_string(attr.binaryVersion) + "'s)");
     }
   }
@@ -58,15 +58,30 @@ Status attend_check_kernel(Kernel* kernel) {
 
 template <class Tag, int kHeadDim, bool kPaged>
 Status attend_run_layout(const AttendParams& p, AttendLoads loads, const AttendMaps* maps, cudaStream_t stream) {
-  if (loads == AttendLoads::tma) return attend_launch_traits<DecodeTraits<Tag, kHeadDim, kPaged, true>>(p, maps, stream);
-  return attend_launch_traits<DecodeTraits<Tag, kHeadDim, kPaged, false>>(p, maps, stream);
+  switch (loads) {
+    case AttendLoads::tma:
+      return attend_launch_traits<DecodeTraits<Tag, kHeadDim, kPaged, AttendLoads::tma>>(p, maps, stream);
+    case AttendLoads::producer_cp_async:
+      return attend_launch_traits<DecodeTraits<Tag, kHeadDim, kPaged, AttendLoads::producer_cp_async>>(p, maps, stream);
+    case AttendLoads::cp_async:
+      break;
+  }
+  return attend_launch_traits<DecodeTraits<Tag, kHeadDim, kPaged, AttendLoads::cp_async>>(p, maps, stream);
 }
 
 template <class Tag, int kHeadDim, bool kPaged>
 Status attend_check_layout(AttendLoads loads) {
-  using Tma = DecodeTraits<Tag, kHeadDim, kPaged, true>;
-  using CpAsync = DecodeTraits<Tag, kHeadDim, kPaged, false>;
-  if (loads == AttendLoads::tma) return attend_check_kernel<Tma>(&attend_tma_kernel<Tma>);
+  using Tma = DecodeTraits<Tag, kHeadDim, kPaged, AttendLoads::tma>;
+  using Producer = DecodeTraits<Tag, kHeadDim, kPaged, AttendLoads::producer_cp_async>;
+  using CpAsync = DecodeTraits<Tag, kHeadDim, kPaged, AttendLoads::cp_async>;
+  switch (loads) {
+    case AttendLoads::tma:
+      return attend_check_kernel<Tma>(&attend_tma_kernel<Tma>);
+    case AttendLoads::producer_cp_async:
+      return attend_check_kernel<Producer>(&attend_kernel<Producer>);
+    case AttendLoads::cp_async:
+      break;
+  }
   return attend_check_kernel<CpAsync>(&attend_kernel<CpAsync>);
 }
 

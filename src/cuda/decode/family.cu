@@ -41,18 +41,23 @@ struct Instance {
   int head_dim;
   AttendRunFn run[2];  // [dtype]: f16, bf16
   AttendCheckFn check[2];
-  std::size_t smem_bytes[2][2];  // [AttendLoads][paged]: a thread block's shared memory (f16 = bf16)
+  std::size_t smem_bytes[kAttendLoadsKinds][2];  // [AttendLoads][paged]: a thread block's shared memory (f16 = bf16)
 };
 
+template <int D, AttendLoads kLoads>
+constexpr std::size_t smem_of(bool paged) {
+  return paged ? DecodeTraits<ptx::BF16, D, true, kLoads>::kSmemBytes : DecodeTraits<ptx::BF16, D, false, kLoads>::kSmemBytes;
+}
+#define FLASHATTN_DECODE_SMEM(D, loads) {smem_of<D, AttendLoads::loads>(false), smem_of<D, AttendLoads::loads>(true)}
 #define FLASHATTN_DECODE_REGISTER(D)                                                                      \
   Instance{D, {&attend_run<ptx::F16, D>, &attend_run<ptx::BF16, D>},                                       \
            {&attend_device_check<ptx::F16, D>, &attend_device_check<ptx::BF16, D>},                       \
-           {{DecodeTraits<ptx::BF16, D, false>::kSmemBytes, DecodeTraits<ptx::BF16, D, true>::kSmemBytes},       \
-            {DecodeTraits<ptx::BF16, D, false, true>::kSmemBytes, DecodeTraits<ptx::BF16, D, true, true>::kSmemBytes}}},
-constexpr Instance kNoInstance{0, {nullptr, nullptr}, {nullptr, nullptr}, {{0, 0}, {0, 0}}};
+           {FLASHATTN_DECODE_SMEM(D, cp_async), FLASHATTN_DECODE_SMEM(D, tma), FLASHATTN_DECODE_SMEM(D, producer_cp_async)}},
+constexpr Instance kNoInstance{0, {nullptr, nullptr}, {nullptr, nullptr}, {{0, 0}, {0, 0}, {0, 0}}};
 // kNoInstance first keeps the array non-empty when no head dim of the build has an instance.
 const Instance kInstances[] = {kNoInstance, FLASHATTN_DECODE_HEADDIMS(FLASHATTN_DECODE_REGISTER)};
 #undef FLASHATTN_DECODE_REGISTER
+#undef FLASHATTN_DECODE_SMEM
 
 const Instance* find_instance(int64_t head_dim) { return smallest_instance_holding(kInstances, head_dim); }
 
@@ -191,12 +196,14 @@ Status tma_fits(const KVCacheParams& p, const DeviceInfo& dev) {
   return sm90::check_tile_map(p.dtype, cache_map_spec(p, true), kWho);
 }
 
-// How the attention kernel loads K/V. TMA with a producer warp for paged caches whose pages hold
-// whole key blocks (64, 256, ...) on an sm_90 GPU with an sm_90 image; cp.async otherwise. Measured on
+// How the attention kernel loads K/V (shape.cuh's AttendLoads), on an sm_90 GPU with an sm_90 image:
+// paged caches whose pages hold whole key blocks (64, 256, ...) by TMA, other pages by the cp.async
+// producer warpgroup; contiguous caches and every other GPU by every thread's cp.async. Measured on
 // the H200 (docs/kvcache.md, "TMA loads"): at batch 1 × 8k (an L2-resident call, one thread block per
-// SM) pages of 64 and 256 went from 0.86 to 1.05 × the contiguous call; at the other rows TMA and
-// cp.async are within 1.5 %; contiguous caches and pages of 16 read 1–3 % slower on TMA at some rows,
-// so they keep cp.async. A test or a benchmark may force either (testing::DecodeLoads).
+// SM) pages of 64 and 256 went from 0.86 to 1.05 × the contiguous call on TMA; at the other rows TMA
+// and cp.async are within 1.5 %; contiguous caches read 1–3 % slower on TMA at some rows, pages of 16
+// in four boxes per block and side 0.89 × contiguous at 1 × 8k. A test or a benchmark may force any
+// (testing::DecodeLoads).
 Status choose_loads(const KVCacheParams& p, const DeviceInfo& dev, const Instance& inst, int dtype, AttendLoads* loads) {
   const testing::DecodeLoads asked = testing::decode_loads();
   if (asked == testing::DecodeLoads::tma) {
@@ -204,12 +211,25 @@ Status choose_loads(const KVCacheParams& p, const DeviceInfo& dev, const Instanc
     FLASHATTN_TRY(tma_fits(p, dev));
     return inst.check[dtype](p.is_paged(), *loads);
   }
+  if (asked == testing::DecodeLoads::producer_cp_async) {
+    *loads = AttendLoads::producer_cp_async;
+    if (dev.cc_major < 9) {
+      return Status::unsupported(std::string(kWho) + ": the cp.async producer needs compute capability >= 9.0");
+    }
+    return inst.check[dtype](p.is_paged(), *loads);
+  }
   *loads = AttendLoads::cp_async;
-  // The cheap tests first: a call that cannot take TMA builds no Status message per call.
-  if (asked == testing::DecodeLoads::automatic && dev.cc_major >= 9 && p.is_paged() && p.page_size % kBlockN == 0 &&
-      tma_fits(p, dev).ok() && inst.check[dtype](true, AttendLoads::tma).ok()) {
-    *loads = AttendLoads::tma;
-    return Status::success();
+  // The cheap tests first: a call that cannot take a producer builds no Status message per call.
+  if (asked == testing::DecodeLoads::automatic && dev.cc_major >= 9 && p.is_paged()) {
+    if (p.page_size % kBlockN == 0) {
+      if (tma_fits(p, dev).ok() && inst.check[dtype](true, AttendLoads::tma).ok()) {
+        *loads = AttendLoads::tma;
+        return Status::success();
+      }
+    } else if (inst.check[dtype](true, AttendLoads::producer_cp_async).ok()) {
+      *loads = AttendLoads::producer_cp_async;
+      return Status::success();
+    }
   }
   return inst.check[dtype](p.is_paged(), *loads);
 }

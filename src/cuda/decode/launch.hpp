@@ -10,6 +10,7 @@
 
 #include "backend/family.hpp"
 #include "cuda/decode/params.cuh"
+#include "cuda/decode/shape.cuh"  // AttendLoads
 #include "cuda/ptx/mma.cuh"
 
 namespace flashattn::cuda::decode {
@@ -83,11 +84,6 @@ Status launch_rotate_q(const RotateQParams& p, DType dtype, cudaStream_t stream)
 Status launch_combine(const CombineParams& p, DType dtype, cudaStream_t stream);
 Status launch_sequence_index(const SequenceIndexParams& p, cudaStream_t stream);
 
-// How the attention kernel moves K/V into shared memory (attend_kernel.cuh): cp.async chunks by every
-// thread (every arch), or TMA boxes of the caches' tensor maps issued by a producer warp (sm_90 images
-// only; DecodeTraits::kTma).
-enum class AttendLoads { cp_async = 0, tma = 1 };
-
 // The caches' tensor maps of a TMA call (family.cu builds them; attend_kernel.cuh's CacheMaps).
 struct AttendMaps {
   CUtensorMap k, v;
@@ -97,8 +93,8 @@ struct AttendMaps {
 // `maps` only with TMA loads.
 using AttendRunFn = Status (*)(const AttendParams& p, bool paged, AttendLoads loads, const AttendMaps* maps,
                                cudaStream_t stream);
-// Whether the instance runs on the current GPU (an image for it, its shared memory; TMA: an sm_90
-// image).
+// Whether the instance runs on the current GPU (an image for it, its shared memory; with a producer:
+// an sm_90 image).
 using AttendCheckFn = Status (*)(bool paged, AttendLoads loads);
 
 template <class Tag, int kHeadDim>

@@ -27,23 +27,36 @@ struct DecodeShape {
 // slower contiguous and up to 40 % slower paged than 3 (two blocks per SM).
 constexpr DecodeShape decode_shape(int head_dim) { return head_dim <= 128 ? DecodeShape{64, 3} : DecodeShape{64, 2}; }
 
-// kTma (sm_90): the K/V blocks arrive by the copy engine, in 64-column boxes of the cache's tensor map
-// (a contiguous block: one box per panel and side; a paged block: one per page and panel) into
-// 128-byte-swizzled panel tiles, issued by a fifth warp (the producer) and handed to the four
-// attending warps through full/empty mbarriers per stage. Else cp.async: every thread copies 16-byte
-// chunks of several rows into swizzled tiles.
-template <class Tag_, int kHeadDim_, bool kPaged_, bool kTma_ = false>
+// How the attention kernel moves K/V into shared memory (attend_kernel.cuh):
+//   cp_async: every thread copies 16-byte chunks of several rows into swizzled tiles (every arch);
+//   tma: a fifth warp, the producer, issues 64-column boxes of the caches' tensor maps (a contiguous
+//     block: one box per panel and side; a paged block: one per page and panel) into 128-byte-swizzled
+//     panel tiles (sm_90 images only);
+//   producer_cp_async: a producer warpgroup beside the four attending warps copies the rows as
+//     cp_async does, each thread arriving on the stage's full mbarrier when its copies have landed
+//     (sm_90 images only: the waits are sm_90's mbarrier forms).
+// The two producer kinds hand the stages to the attending warps through full/empty mbarriers per
+// stage, so no attending warp issues a load or waits at a block-wide barrier per key block.
+enum class AttendLoads { cp_async = 0, tma = 1, producer_cp_async = 2 };
+inline constexpr int kAttendLoadsKinds = 3;
+
+template <class Tag_, int kHeadDim_, bool kPaged_, AttendLoads kLoads_ = AttendLoads::cp_async>
 struct DecodeTraits {
   using Tag = Tag_;
   static constexpr int kHeadDim = kHeadDim_;  // instance head dim D (d ≤ D runs here, zero-filled)
   static constexpr bool kPaged = kPaged_;     // block-table pages, else one contiguous row per sequence
-  static constexpr bool kTma = kTma_;
+  static constexpr AttendLoads kLoads = kLoads_;
+  static constexpr bool kTma = kLoads == AttendLoads::tma;
+  static constexpr bool kProducerCopies = kLoads == AttendLoads::producer_cp_async;
+  static constexpr bool kWarpSpecialized = kLoads != AttendLoads::cp_async;
   static constexpr DecodeShape kShape = decode_shape(kHeadDim);
 
-  static constexpr int kWarps = 4;                 // the warps that attend (consumers, with TMA)
+  static constexpr int kWarps = 4;                 // the warps that attend (consumers, with a producer)
   static constexpr int kThreads = 32 * kWarps;
-  // TMA: one more warp, the producer, issues the K/V loads (attend_kernel.cuh's attend_keys_tma).
-  static constexpr int kLaunchThreads = kThreads + (kTma ? 32 : 0);
+  // The producer beside them: one warp issuing TMA boxes, or a warpgroup issuing cp.async (as many
+  // threads as attend, so each copies what an attending thread copies on cp_async).
+  static constexpr int kProducerThreads = kTma ? 32 : kProducerCopies ? kThreads : 0;
+  static constexpr int kLaunchThreads = kThreads + kProducerThreads;
   static constexpr int kBlockM = 16;                    // packed query rows per thread block
   static constexpr int kBlockN = kShape.block_n;        // keys per K/V block
   static constexpr int kKeysPerWarp = kBlockN / kWarps; // one warp's slice of a key block
@@ -66,19 +79,22 @@ struct DecodeTraits {
   // t % kBlockN of side t / kBlockN; a loading thread reads its kLoadRows rows as consecutive words.
   // And the block-table entries those offsets come from, copied in (cp.async) kStages − 1 blocks
   // before they are staged: a ring of kStages blocks of one int32 per row and side.
+  // A producer warpgroup stages the offsets too, into the same ring, from entries it reads itself.
   static constexpr bool kStagedOffsets = kPaged && !kTma;
+  static constexpr bool kEntryRing = kPaged && kLoads == AttendLoads::cp_async;
   static constexpr std::size_t kRowOffsetsBytes = kStagedOffsets ? std::size_t{kStages} * 2 * kBlockN * sizeof(int64_t) : 0;
-  static constexpr std::size_t kEntriesBytes = kStagedOffsets ? std::size_t{kStages} * 2 * kBlockN * sizeof(int32_t) : 0;
+  static constexpr std::size_t kEntriesBytes = kEntryRing ? std::size_t{kStages} * 2 * kBlockN * sizeof(int32_t) : 0;
   static_assert(!kStagedOffsets || kThreads == 2 * kBlockN, "one thread per row and side stages the row offsets");
-  // TMA: two mbarriers per stage, full (the producer arrives, the boxes count their bytes) and empty
-  // (every attending thread arrives once it has read the stage).
-  static constexpr std::size_t kBarriersBytes = kTma ? std::size_t{kStages} * 2 * 8 : 0;
+  // With a producer: two mbarriers per stage, full (TMA: the producer arrives, the boxes count their
+  // bytes; producer_cp_async: every producer thread, once its copies landed) and empty (every
+  // attending thread arrives once it has read the stage).
+  static constexpr std::size_t kBarriersBytes = kWarpSpecialized ? std::size_t{kStages} * 2 * 8 : 0;
   // TMA: the K/V panels must start at multiples of 1024 bytes (the swizzle atom); the kernel rounds
   // the dynamic shared memory's base up, which may take up to this much more.
   static constexpr std::size_t kAlignSlack = kTma ? 1024 : 0;
 
-  // Shared storage: Q | K stages | V stages | row offsets | table entries (paged, cp.async) | stage
-  // mbarriers (TMA). After the key loop the K/V stages hold the warps' fp32 partial outputs and row
+  // Shared storage: Q | K stages | V stages | row offsets (paged, cp.async kinds) | table entries
+  // (paged, cp_async) | stage mbarriers (with a producer). After the key loop the K/V stages hold the warps' fp32 partial outputs and row
   // statistics for the merge (kMergeBytes ≤ their size).
   static constexpr uint32_t kQOffset = 0;
   static constexpr uint32_t kKOffset = kQOffset + QTile::kBytes;

@@ -7,6 +7,10 @@
 // predicated-off load used for rows past the sequence end and columns past the head dim).
 // wait_group<N> returns when at most N of this thread's committed groups are still in flight; a
 // __syncthreads() afterwards makes every thread's copies visible to the block.
+// cp_async_mbarrier_arrive_noinc: instead of a group, the mbarrier at `bar` (shared::cta) receives one
+// arrival once every cp.async this thread issued before it has landed, the copies then visible to
+// the threads that wait for the barrier's phase; noinc: that arrival is one of the count the barrier
+// was initialized with (one per copying thread), not an extra one.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +45,14 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
 #if FLASHATTN_PTX_SM80
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint32_t bar) {
+#if FLASHATTN_PTX_SM80
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+#else
+  FLASHATTN_PTX_UNSUPPORTED("cp.async needs sm_80");
 #endif
 }
 

@@ -196,14 +196,14 @@ Status tma_fits(const KVCacheParams& p, const DeviceInfo& dev) {
   return sm90::check_tile_map(p.dtype, cache_map_spec(p, true), kWho);
 }
 
-// How the attention kernel loads K/V (shape.cuh's AttendLoads): paged caches whose pages hold whole
-// key blocks (64, 256, ...) by TMA on an sm_90 GPU with an sm_90 image, every other call by every
-// thread's cp.async. Measured on the H200 (docs/kvcache.md, "TMA loads"): at batch 1 × 8k (an
-// L2-resident call, one thread block per SM) pages of 64 and 256 went from 0.86 to 1.05 × the
-// contiguous call on TMA; at the other rows TMA and cp.async are within 1.5 %; contiguous caches
-// read 1–3 % slower on TMA at some rows, pages of 16 in four boxes per block and side 0.89 ×
-// contiguous at 1 × 8k. The cp.async producer warpgroup (written for those pages) is not chosen
-// until it has been measured (docs/kvcache.md, "Missing"). A test or a benchmark may force any
+// How the attention kernel loads K/V (shape.cuh's AttendLoads), on an sm_90 GPU with an sm_90 image:
+// paged caches whose pages hold whole key blocks (64, 256, ...) by TMA, other pages by the cp.async
+// producer warpgroup; contiguous caches and every other GPU by every thread's cp.async. Measured
+// (docs/kvcache.md, "TMA loads" and "The cp.async producer"): at batch 1 × 8k (an L2-resident call,
+// one thread block per SM) pages of 64 and 256 went from 0.86 to 1.05 × the contiguous call on TMA
+// (H200), pages of 16 from 0.89 to 0.98 on the producer (H100), which reads pages of 16 at 1.00–1.11 ×
+// every thread's cp.async on every decode row; contiguous caches read 1–3 % slower on TMA at some rows
+// and within 0–2 % of cp.async on the producer. A test or a benchmark may force any
 // (testing::DecodeLoads).
 Status choose_loads(const KVCacheParams& p, const DeviceInfo& dev, const Instance& inst, int dtype, AttendLoads* loads) {
   const testing::DecodeLoads asked = testing::decode_loads();
@@ -220,11 +220,17 @@ Status choose_loads(const KVCacheParams& p, const DeviceInfo& dev, const Instanc
     return inst.check[dtype](p.is_paged(), *loads);
   }
   *loads = AttendLoads::cp_async;
-  // The cheap tests first: a call that cannot take TMA builds no Status message per call.
-  if (asked == testing::DecodeLoads::automatic && dev.cc_major >= 9 && p.is_paged() && p.page_size % kBlockN == 0 &&
-      tma_fits(p, dev).ok() && inst.check[dtype](true, AttendLoads::tma).ok()) {
-    *loads = AttendLoads::tma;
-    return Status::success();
+  // The cheap tests first: a call that cannot take a producer builds no Status message per call.
+  if (asked == testing::DecodeLoads::automatic && dev.cc_major >= 9 && p.is_paged()) {
+    if (p.page_size % kBlockN == 0) {
+      if (tma_fits(p, dev).ok() && inst.check[dtype](true, AttendLoads::tma).ok()) {
+        *loads = AttendLoads::tma;
+        return Status::success();
+      }
+    } else if (inst.check[dtype](true, AttendLoads::producer_cp_async).ok()) {
+      *loads = AttendLoads::producer_cp_async;
+      return Status::success();
+    }
   }
   return inst.check[dtype](p.is_paged(), *loads);
 }

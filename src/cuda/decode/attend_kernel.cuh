@@ -277,6 +277,22 @@ __device__ __forceinline__ void contiguous_offsets(const SequenceRows<false>& ro
   for (int i = 0; i < Traits::kLoadRows; ++i) offsets[i] = rows.offset(key0 + i * Traits::kLoadRowStep);
 }
 
+// The element offsets of copying thread t's rows of block n, K's and V's: staged in ring buffer
+// `buffer` (paged) or computed from the sequence's row stride.
+template <class Traits>
+__device__ __forceinline__ void block_offsets(const PagedRowOffsets<Traits>& paged, const SequenceRows<Traits::kPaged>& k_rows,
+                                              const SequenceRows<Traits::kPaged>& v_rows, int n, int buffer, int t,
+                                              int64_t (&k_off)[Traits::kLoadRows], int64_t (&v_off)[Traits::kLoadRows]) {
+  if constexpr (Traits::kPaged) {
+    const int row0 = t / Traits::KVTile::kChunksPerRow;
+    paged.read(buffer, 0, row0, k_off);
+    paged.read(buffer, 1, row0, v_off);
+  } else {
+    contiguous_offsets<Traits>(k_rows, n, t, k_off);
+    contiguous_offsets<Traits>(v_rows, n, t, v_off);
+  }
+}
+
 // The mask on a warp's score tile of packed rows: element (row, key) is −inf unless query
 // row / group_size sees key (Mask::visible, which also hides keys past the sequence).
 template <class Traits>
@@ -472,14 +488,7 @@ __device__ __forceinline__ void attend_keys_cp_async(const AttendParams& p, cons
   }
   auto load_block = [&](int n, int stage) {
     int64_t k_off[Traits::kLoadRows], v_off[Traits::kLoadRows];
-    if constexpr (Traits::kPaged) {
-      const int row0 = tid / KVTile::kChunksPerRow;
-      paged.read(stage, 0, row0, k_off);
-      paged.read(stage, 1, row0, v_off);
-    } else {
-      contiguous_offsets<Traits>(k_rows, n, tid, k_off);
-      contiguous_offsets<Traits>(v_rows, n, tid, v_off);
-    }
+    block_offsets<Traits>(paged, k_rows, v_rows, n, stage, tid, k_off, v_off);
     load_kv_block<Traits>(w, k_data, k_off, p.hdim_qk, n, s_k + stage * KVTile::kBytes, tid);
     load_kv_block<Traits>(w, v_data, v_off, p.hdim_v, n, s_v + stage * KVTile::kBytes, tid);
   };
@@ -641,13 +650,8 @@ __device__ __forceinline__ void produce_cp_async(const AttendParams& p, const At
       paged.stage(w, n, stage, entry);
       ptx::named_barrier_sync(2, Traits::kProducerThreads);
       if (n + 1 < w.n_end) entry = paged.entry_for(w, n + 1);
-      const int row0 = pt / KVTile::kChunksPerRow;
-      paged.read(stage, 0, row0, k_off);
-      paged.read(stage, 1, row0, v_off);
-    } else {
-      contiguous_offsets<Traits>(k_rows, n, pt, k_off);
-      contiguous_offsets<Traits>(v_rows, n, pt, v_off);
     }
+    block_offsets<Traits>(paged, k_rows, v_rows, n, stage, pt, k_off, v_off);
     ptx::mbarrier_wait(empty + 8 * stage, phase ^ 1);  // a fresh stage passes at once
     load_kv_block<Traits>(w, k_data, k_off, p.hdim_qk, n, s_k + stage * KVTile::kBytes, pt);
     load_kv_block<Traits>(w, v_data, v_off, p.hdim_v, n, s_v + stage * KVTile::kBytes, pt);

@@ -116,9 +116,21 @@ template <class Traits>
 struct PagedRowOffsets {
   static constexpr int kBlockN = Traits::kBlockN, kLoadRows = Traits::kLoadRows, kStep = Traits::kLoadRowStep;
   int64_t* ring;             // [kStages][side][row % kStep][row / kStep]
-  int32_t* entries;          // [kStages][side][row]
+  int32_t* entries;          // [kStages][side][row] (the cp.async kernel's; a producer keeps its entry in a register)
   SequenceRows<true> rows;   // this thread's side of the cache
   int row, side;             // the row this thread stages
+
+  // Staging thread t's rings in the block's shared memory (t < 2·kBlockN).
+  __device__ __forceinline__ static PagedRowOffsets at(unsigned char* smem, const SequenceRows<true>& k_rows,
+                                                       const SequenceRows<true>& v_rows, int t) {
+    PagedRowOffsets o;
+    o.ring = reinterpret_cast<int64_t*>(smem + Traits::kRowOffsetsOffset);
+    o.entries = reinterpret_cast<int32_t*>(smem + Traits::kEntriesOffset);
+    o.side = t / kBlockN;
+    o.row = t % kBlockN;
+    o.rows = o.side == 0 ? k_rows : v_rows;
+    return o;
+  }
 
   __device__ __forceinline__ int entry_for(const AttendWork& w, int n) const {
     const int key = n * kBlockN + row;
@@ -479,13 +491,7 @@ __device__ __forceinline__ void attend_keys_cp_async(const AttendParams& p, cons
   // Paged: block m's row offsets are in ring buffer (m − n_begin) % kStages, the index of the K/V
   // stage it loads into.
   [[maybe_unused]] PagedRowOffsets<Traits> paged;
-  if constexpr (Traits::kPaged) {
-    paged.ring = reinterpret_cast<int64_t*>(smem + Traits::kRowOffsetsOffset);
-    paged.entries = reinterpret_cast<int32_t*>(smem + Traits::kEntriesOffset);
-    paged.side = tid / Traits::kBlockN;
-    paged.row = tid % Traits::kBlockN;
-    paged.rows = paged.side == 0 ? k_rows : v_rows;
-  }
+  if constexpr (Traits::kPaged) paged = PagedRowOffsets<Traits>::at(smem, k_rows, v_rows, tid);
   auto load_block = [&](int n, int stage) {
     int64_t k_off[Traits::kLoadRows], v_off[Traits::kLoadRows];
     block_offsets<Traits>(paged, k_rows, v_rows, n, stage, tid, k_off, v_off);
@@ -635,11 +641,7 @@ __device__ __forceinline__ void produce_cp_async(const AttendParams& p, const At
   [[maybe_unused]] PagedRowOffsets<Traits> paged;
   [[maybe_unused]] int entry = 0;
   if constexpr (Traits::kPaged) {
-    paged.ring = reinterpret_cast<int64_t*>(smem + Traits::kRowOffsetsOffset);
-    paged.entries = nullptr;  // entries wait in a register here, not in a ring
-    paged.side = pt / Traits::kBlockN;
-    paged.row = pt % Traits::kBlockN;
-    paged.rows = paged.side == 0 ? k_rows : v_rows;
+    paged = PagedRowOffsets<Traits>::at(smem, k_rows, v_rows, pt);
     if (w.n_begin < w.n_end) entry = paged.entry_for(w, w.n_begin);
   }
   int stage = 0;
@@ -708,7 +710,8 @@ __device__ __forceinline__ bool attend_keys_producer(const AttendParams& p, cons
       }
     }
     attend_key_block<Traits>(L, w, n, stage, lane);
-    if constexpr (Traits::kTma) ptx::fence_proxy_async_shared_cta();  // this stage's reads (and zero stores), before TMA refills it
+    // TMA: this stage's reads (and zero stores) ordered before the copy engine refills it.
+    if constexpr (Traits::kTma) ptx::fence_proxy_async_shared_cta();
     ptx::mbarrier_arrive(empty + 8 * stage);
     if (++stage == kStages) stage = 0, phase ^= 1;
   }

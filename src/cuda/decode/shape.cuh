@@ -94,8 +94,8 @@ struct DecodeTraits {
   static constexpr std::size_t kAlignSlack = kTma ? 1024 : 0;
 
   // Shared storage: Q | K stages | V stages | row offsets (paged, cp.async kinds) | table entries
-  // (paged, cp_async) | stage mbarriers (with a producer). After the key loop the K/V stages hold the warps' fp32 partial outputs and row
-  // statistics for the merge (kMergeBytes ≤ their size).
+  // (paged, cp_async) | stage mbarriers (with a producer). After the key loop the K/V stages hold the
+  // warps' fp32 partial outputs and row statistics for the merge (kMergeBytes ≤ their size).
   static constexpr uint32_t kQOffset = 0;
   static constexpr uint32_t kKOffset = kQOffset + QTile::kBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * KVTile::kBytes;

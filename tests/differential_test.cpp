@@ -213,5 +213,102 @@ INSTANTIATE_TEST_SUITE_P(All, Diff, ::testing::Combine(::testing::ValuesIn(all_b
                                   std::get<1>(info.param).name();
                          });
 
+// Gradients on demand (BackwardArgs::gradient_allocator): dq, dk and dv given as shapes and strides
+// only, their memory asked for once per call (after the first launch on the GPU); the gradients are
+// the reference's. An allocator that fails fails the call by name with no gradient written, and data
+// given beside an allocator is refused by name.
+struct GradientMemory {
+  void* dq;
+  void* dk;
+  void* dv;
+  int calls = 0;
+  bool fail = false;
+  static bool allocate(void* context, void** dq, void** dk, void** dv) {
+    auto* self = static_cast<GradientMemory*>(context);
+    ++self->calls;
+    if (self->fail) return false;
+    *dq = self->dq;
+    *dk = self->dk;
+    *dv = self->dv;
+    return true;
+  }
+};
+
+std::vector<Case> late_gradient_cases() {
+  return {
+      Case::padded(2, 130, 200, 4, 2, 64).with(DType::bf16).causal_mask(),
+      Case::padded(1, 77, 300, 2, 2, 128).with(DType::f16).layout(Strides::padded),
+      Case::padded(1, 65, 90, 2, 1, 256).with(DType::bf16).det(),
+      Case::varlen({5, 0, 130}, {9, 40, 201}, 4, 2, 64).with(DType::bf16).extra(7).zero_rows_outside(),
+  };
+}
+
+class LateGradients : public ::testing::TestWithParam<Param> {};
+
+TEST_P(LateGradients, AskedForOnceAndMatchTheReference) {
+  const auto& [backend, case_] = GetParam();
+  FA_REQUIRE_BACKEND(backend);
+  Case c = case_;
+  c.with_lse = true;
+  Rng rng;
+  Problem p = make_problem(c, rng);
+  FA_RUN_OR_SKIP(run_forward(backend, p));
+  for (HostTensor* t : {&p.dq, &p.dk, &p.dv}) {
+    t->poison();
+    t->snapshot();
+  }
+  std::vector<HostTensor*> inputs{&p.q, &p.k, &p.v, &p.out, &p.lse, &p.dout};
+  if (c.is_varlen()) inputs.insert(inputs.end(), {&p.cu_q, &p.cu_k});
+  for (HostTensor* t : inputs) t->snapshot();
+  DeviceMirror m(backend);
+  flashattn::BackwardArgs a = p.backward_args(m);
+  a.path = backend.family;
+  GradientMemory memory{a.dq.data, a.dk.data, a.dv.data};
+  a.gradient_allocator = {&GradientMemory::allocate, &memory};
+
+  const flashattn::Status given = flashattn::supports(a);
+  EXPECT_EQ(given.code, flashattn::StatusCode::invalid_argument) << given.message;
+  EXPECT_NE(given.message.find("dq: data given with gradient_allocator"), std::string::npos) << given.message;
+
+  a.dq.data = a.dk.data = a.dv.data = nullptr;
+  std::size_t bytes = 0;
+  const flashattn::Status support = flashattn::backward_workspace_size(a, &bytes);
+  if (support.code == flashattn::StatusCode::not_supported) GTEST_SKIP() << support.message;
+  ASSERT_TRUE(support.ok()) << support.message;
+  if (bytes > 0) {
+    a.workspace = m.scratch(bytes);
+    a.workspace_bytes = bytes;
+  }
+  EXPECT_EQ(memory.calls, 0) << "a query asked for the gradients";
+
+  memory.fail = true;
+  const flashattn::Status refused = flashattn::backward(a);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message.find("gradient_allocator"), std::string::npos) << refused.message;
+  EXPECT_EQ(memory.calls, 1);
+  ASSERT_EQ(m.synchronize(), "");
+  for (HostTensor* t : {&p.dq, &p.dk, &p.dv}) {
+    m.download(*t);
+    EXPECT_TRUE(t->unchanged()) << "a call whose gradients could not be allocated wrote one";
+  }
+
+  memory = GradientMemory{memory.dq, memory.dk, memory.dv};
+  const flashattn::Status s = flashattn::backward(a);
+  ASSERT_TRUE(s.ok()) << s.message;
+  ASSERT_EQ(m.synchronize(), "");
+  EXPECT_EQ(memory.calls, 1);
+  for (HostTensor* t : {&p.dq, &p.dk, &p.dv}) m.download(*t);
+  for (HostTensor* t : inputs) m.download(*t);
+  expect_backward_matches(p);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, LateGradients,
+                         ::testing::Combine(::testing::ValuesIn(all_backends()),
+                                            ::testing::ValuesIn(late_gradient_cases())),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return std::string(to_string(std::get<0>(info.param))) + "_" +
+                                  std::get<1>(info.param).name();
+                         });
+
 }  // namespace
 }  // namespace fa_test

@@ -95,6 +95,20 @@ struct WorkspaceAllocator {
   explicit operator bool() const { return allocate != nullptr; }
 };
 
+// The backward's gradients on demand. With `allocate` set, dq, dk and dv come with their shapes and
+// strides but null data, and the library asks for their memory once per call: after the call has
+// been validated and its first kernel launched (which reads only out, dout and lse), before anything
+// writes a gradient. `allocate` stores the three base pointers (each 16-byte aligned, as an
+// allocator gives; the views' shapes and strides describe them) and returns true; false fails the
+// call, with only the workspace written. Why: a caller on a slow host thread (PyTorch's autograd
+// engine runs a backward on a thread that wakes for it) moves three allocations out of the time
+// the GPU waits for its first work.
+struct GradientAllocator {
+  bool (*allocate)(void* context, void** dq, void** dk, void** dv) = nullptr;
+  void* context = nullptr;
+  explicit operator bool() const { return allocate != nullptr; }
+};
+
 // What forward and backward share: the inputs, the options, and where to run.
 struct AttentionArgs {
   TensorView q, k, v;
@@ -136,11 +150,12 @@ struct ForwardArgs : AttentionArgs {
 
 struct BackwardArgs : AttentionArgs {
   TensorView out, lse, dout;  // from the forward, and the incoming gradient
-  TensorView dq, dk, dv;      // written (overwritten, not accumulated)
+  TensorView dq, dk, dv;      // written (overwritten, not accumulated); null data with gradient_allocator
   bool deterministic = false;  // bitwise reproducible dq (and GQA dk, dv), at some speed cost
   void* workspace = nullptr;   // see backward_workspace_size, or leave null and set workspace_allocator
   std::size_t workspace_bytes = 0;
   WorkspaceAllocator workspace_allocator;
+  GradientAllocator gradient_allocator;  // optional: dq, dk, dv allocated after the first launch
 };
 
 // Attention of new query tokens against a KV cache, for inference: flash-attn's

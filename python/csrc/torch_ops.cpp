@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <limits>
 #include <optional>
 #include <string>
@@ -366,6 +367,50 @@ Gradients gradients(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   return g;
 }
 
+// Unpacked, dq, dk and dv are allocated by the library's call once its first kernel runs
+// (BackwardArgs::gradient_allocator): on the autograd engine's device thread, which has just woken,
+// each allocation is several µs that the GPU would otherwise spend waiting (docs/python.md).
+struct LateGradientTensors {
+  const Tensor& q;
+  const Tensor& k;
+  const Tensor& v;
+  Tensor dq, dk, dv;
+  std::exception_ptr error;  // what the allocation threw (out of memory), raised after the call
+
+  // The view the library validates before any launch: the shape and contiguous strides that
+  // `allocate` will give, no data yet.
+  static TensorView planned(const char* name, const Tensor& like) {
+    TensorView view = view_of(name, like);
+    view.data = nullptr;
+    int64_t stride = 1;
+    for (int d = view.rank - 1; d >= 0; --d) {
+      view.stride[d] = stride;
+      stride *= view.shape[d];
+    }
+    return view;
+  }
+
+  void allocate() {
+    dq = empty(q.sizes(), q, q.scalar_type());
+    dk = empty(k.sizes(), k, k.scalar_type());
+    dv = empty(v.sizes(), v, v.scalar_type());
+  }
+
+  static bool allocate(void* context, void** dq, void** dk, void** dv) {
+    auto* self = static_cast<LateGradientTensors*>(context);
+    try {
+      self->allocate();
+    } catch (...) {
+      self->error = std::current_exception();
+      return false;
+    }
+    *dq = self->dq.data_ptr();
+    *dk = self->dk.data_ptr();
+    *dv = self->dv.data_ptr();
+    return true;
+  }
+};
+
 std::tuple<Tensor, Tensor, Tensor> bwd(const Tensor& dout_in, const Tensor& q_arg, const Tensor& k_arg,
                                        const Tensor& v_arg, const Tensor& out_in, const Tensor& lse_in,
                                        const OptTensor& cu_seqlens_q, const OptTensor& cu_seqlens_k,
@@ -383,18 +428,33 @@ std::tuple<Tensor, Tensor, Tensor> bwd(const Tensor& dout_in, const Tensor& q_ar
   const Tensor lse = lse_in.dim() > 0 && lse_in.size(-1) > 1 && lse_in.stride(-1) != 1 ? lse_in.contiguous() : lse_in;
   const Call c = make_call(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                            window_left, window_right, softcap, path);
-  Gradients g = gradients(q, k, v, k_arg, packing);
   BackwardArgs a;
   fill(&a, q, k, v, c);
   a.out = view_of("out", out);
   a.lse = view_of("lse", lse);
   a.dout = view_of("dout", dout);
-  a.dq = view_of("dq", g.dq);
-  a.dk = view_of("dk", g.dk);
-  a.dv = view_of("dv", g.dv);
   a.deterministic = deterministic;
-  run(a, q, [](const BackwardArgs& x) { return flashattn::backward(x); });
-  return {std::move(g.returned[0]), std::move(g.returned[1]), std::move(g.returned[2])};
+  if (packing.count != 0) {  // the packed tensor's gradient: one allocation, its slices written
+    Gradients g = gradients(q, k, v, k_arg, packing);
+    a.dq = view_of("dq", g.dq);
+    a.dk = view_of("dk", g.dk);
+    a.dv = view_of("dv", g.dv);
+    run(a, q, [](const BackwardArgs& x) { return flashattn::backward(x); });
+    return {std::move(g.returned[0]), std::move(g.returned[1]), std::move(g.returned[2])};
+  }
+  LateGradientTensors late{q, k, v, {}, {}, {}, {}};
+  a.dq = LateGradientTensors::planned("dq", q);
+  a.dk = LateGradientTensors::planned("dk", k);
+  a.dv = LateGradientTensors::planned("dv", v);
+  a.gradient_allocator = {&LateGradientTensors::allocate, &late};
+  try {
+    run(a, q, [](const BackwardArgs& x) { return flashattn::backward(x); });
+  } catch (...) {
+    if (late.error) std::rethrow_exception(late.error);
+    throw;
+  }
+  if (!late.dq.defined()) late.allocate();  // the library call was skipped (host-overhead probes)
+  return {std::move(late.dq), std::move(late.dk), std::move(late.dv)};
 }
 
 // The kernel family that would run this forward ("cpu", "sm80", ...), or "" if none: the checks and

@@ -5,6 +5,7 @@
 
 #include "api/select.hpp"
 #include "api/validate.hpp"
+#include "backend/status_try.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "cuda/cuda_backend.hpp"
 
@@ -133,12 +134,38 @@ Status zero_rows_outside_sequences(const Params& p) {
   return p.device == Device::cuda ? cuda::zero_rows_outside(rows, count, p.stream) : cpu::zero_rows_outside(rows, count);
 }
 
+// A backward whose caller allocates dq, dk, dv late: the family asks for them (gradient_pointers)
+// after its first launch; one that launches nothing never asks, and they are asked for after its
+// run, so the caller always gets them on success. Then params hold them (the rows outside the
+// sequences are zeroed through them).
+void arm_late_gradients(const ForwardArgs&, FwdParams*, LateGradients*) {}
+void arm_late_gradients(const KVCacheArgs&, KVCacheParams*, LateGradients*) {}
+void arm_late_gradients(const BackwardArgs& args, BwdParams* p, LateGradients* late) {
+  if (!args.gradient_allocator) return;
+  late->allocator = args.gradient_allocator;
+  p->late_gradients = late;
+}
+
+Status settle_late_gradients(FwdParams*) { return Status::success(); }
+Status settle_late_gradients(BwdParams* p) {
+  if (p->late_gradients == nullptr) return Status::success();
+  GradientPointers g;
+  FLASHATTN_TRY(gradient_pointers(*p, &g));
+  p->dq = g.dq;
+  p->dk = g.dk;
+  p->dv = g.dv;
+  p->late_gradients = nullptr;
+  return Status::success();
+}
+
 template <class Args, class Params>
 Status run(const Args& args) try {
   Params params;
   Plan plan;
   Status status = plan_for(args, &params, &plan);
   if (!status.ok()) return status;
+  LateGradients late;
+  arm_late_gradients(args, &params, &late);
   status = provide_workspace(args, plan, &params);
   if (!status.ok()) return status;
   const bool served_without = plan.workspace_optional && params.workspace == nullptr && params.workspace_bytes == 0;
@@ -156,8 +183,9 @@ Status run(const Args& args) try {
                            plan.family->name + " kernels need");
   }
   const Direction<Params>& d = direction_of<Params>(*plan.family);
-  status = d.run(plan, params);
-  return status.ok() ? zero_rows_outside_sequences(params) : status;
+  FLASHATTN_TRY(d.run(plan, params));
+  FLASHATTN_TRY(settle_late_gradients(&params));
+  return zero_rows_outside_sequences(params);
 } catch (const std::exception& e) {
   return {StatusCode::internal, std::string("internal error: ") + e.what()};
 } catch (...) {
@@ -186,6 +214,38 @@ std::string path_of(const Args& args) try {
 }
 
 }  // namespace
+
+Status gradient_pointers(const BwdParams& p, GradientPointers* g) {
+  LateGradients* late = p.late_gradients;
+  if (late == nullptr) {
+    *g = {p.dq, p.dk, p.dv};
+    return Status::success();
+  }
+  if (!late->given) {
+    const StatusCode failed = p.device == Device::cuda ? StatusCode::cuda_error : StatusCode::internal;
+    if (!late->allocator.allocate(late->allocator.context, &late->dq, &late->dk, &late->dv)) {
+      return {failed, "gradient_allocator: could not allocate dq, dk and dv"};
+    }
+    const struct {
+      const char* name;
+      const void* data;
+      int64_t elements;
+    } given[] = {{"dq", late->dq, p.total_q * p.heads_q * p.hdim_qk},
+                 {"dk", late->dk, p.total_k * p.heads_kv * p.hdim_qk},
+                 {"dv", late->dv, p.total_k * p.heads_kv * p.hdim_v}};
+    for (const auto& t : given) {
+      if (t.data == nullptr && t.elements > 0) {
+        return {failed, std::string("gradient_allocator: gave a null ") + t.name};
+      }
+      if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) {
+        return Status::invalid(std::string("gradient_allocator: ") + t.name + " is not 16-byte aligned");
+      }
+    }
+    late->given = true;
+  }
+  *g = {late->dq, late->dk, late->dv};
+  return Status::success();
+}
 
 Status supports(const ForwardArgs& args) {
   std::size_t b;

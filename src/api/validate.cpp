@@ -47,9 +47,13 @@ std::string shape_str(const TensorView& t) {
   return s.str();
 }
 
+// Whether a view's memory comes with the call (now) or from the gradient allocator after the first
+// launch (later: its data must then be null).
+enum class Data { now, later };
+
 // Checks what every tensor argument must satisfy: rank, non-negative sizes, a data pointer when
 // it holds elements, dtype, device, last dimension contiguous, non-negative strides.
-Status check_view(const char* name, const TensorView& t, int rank, DType dtype, Device device) {
+Status check_view(const char* name, const TensorView& t, int rank, DType dtype, Device device, Data data = Data::now) {
   Message m;
   if (t.rank != rank) {
     m << name << ": rank " << t.rank << ", expected " << rank;
@@ -82,8 +86,12 @@ Status check_view(const char* name, const TensorView& t, int rank, DType dtype, 
         return Status::invalid(m.str());
       }
     }
-    if (t.data == nullptr) {
+    if (t.data == nullptr && data == Data::now) {
       m << name << ": data pointer is null for shape " << shape_str(t);
+      return Status::invalid(m.str());
+    }
+    if (t.data != nullptr && data == Data::later) {
+      m << name << ": data given with gradient_allocator (which allocates dq, dk and dv: leave their data null)";
       return Status::invalid(m.str());
     }
     if (t.shape[rank - 1] > 1 && t.stride[rank - 1] != 1) {
@@ -411,9 +419,9 @@ Status common_params(const AttentionArgs& a, FwdParams* p) {
 
 // out-shaped tensors ([.., rows_q, heads_q, hdim_v]) and their strides.
 Status out_like(const char* name, const TensorView& t, const FwdParams& p, int64_t d, const char* ddesc,
-                int64_t* bs, int64_t* rs, int64_t* hs) {
+                int64_t* bs, int64_t* rs, int64_t* hs, Data data = Data::now) {
   const bool varlen = p.is_varlen();
-  FLASHATTN_TRY(check_view(name, t, varlen ? 3 : 4, p.dtype, p.device));
+  FLASHATTN_TRY(check_view(name, t, varlen ? 3 : 4, p.dtype, p.device, data));
   if (varlen) {
     FLASHATTN_TRY(check_shape(name, t, {p.total_q, p.heads_q, d}, ddesc));
   } else {
@@ -471,12 +479,13 @@ Status to_params(const BackwardArgs& a, BwdParams* p) {
   FLASHATTN_TRY(out_like("out", a.out, *p, p->hdim_v, out_desc, &p->o_batch_stride, &p->o_row_stride, &p->o_head_stride));
   FLASHATTN_TRY(out_like("dout", a.dout, *p, p->hdim_v, out_desc, &p->do_batch_stride, &p->do_row_stride,
                   &p->do_head_stride));
+  const Data gradients = a.gradient_allocator ? Data::later : Data::now;
   FLASHATTN_TRY(out_like("dq", a.dq, *p, p->hdim_qk, "[batch, seqlen_q, heads_q, hdim_qk] (as q)", &p->dq_batch_stride,
-                  &p->dq_row_stride, &p->dq_head_stride));
+                  &p->dq_row_stride, &p->dq_head_stride, gradients));
   FLASHATTN_TRY(lse_params("lse", a.lse, p));
   const bool varlen = p->is_varlen();
-  FLASHATTN_TRY(check_view("dk", a.dk, varlen ? 3 : 4, p->dtype, p->device));
-  FLASHATTN_TRY(check_view("dv", a.dv, varlen ? 3 : 4, p->dtype, p->device));
+  FLASHATTN_TRY(check_view("dk", a.dk, varlen ? 3 : 4, p->dtype, p->device, gradients));
+  FLASHATTN_TRY(check_view("dv", a.dv, varlen ? 3 : 4, p->dtype, p->device, gradients));
   for (int i = 0; i < a.k.rank; ++i) {
     if (a.dk.shape[i] != a.k.shape[i]) return Status::invalid("dk: shape " + shape_str(a.dk) + ", expected that of k " + shape_str(a.k));
     if (a.dv.shape[i] != a.v.shape[i]) return Status::invalid("dv: shape " + shape_str(a.dv) + ", expected that of v " + shape_str(a.v));
@@ -485,7 +494,7 @@ Status to_params(const BackwardArgs& a, BwdParams* p) {
   strides_of(a.dv, varlen, &p->dv_batch_stride, &p->dv_row_stride, &p->dv_head_stride);
   p->out = a.out.data;
   p->dout = a.dout.data;
-  p->dq = a.dq.data;
+  p->dq = a.dq.data;  // null with gradient_allocator: api.cpp sets late_gradients
   p->dk = a.dk.data;
   p->dv = a.dv.data;
   p->deterministic = a.deterministic;

@@ -104,9 +104,19 @@ struct PackedRows {
 };
 inline constexpr int kMaxPackedOutputs = 3;  // dq, dk, dv
 
+// The gradients' memory when the caller allocates it late (BackwardArgs::gradient_allocator): its
+// allocator, and what it gave once asked (src/api/api.cpp holds one per call).
+struct LateGradients {
+  GradientAllocator allocator;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  bool given = false;
+};
+
 struct BwdParams : FwdParams {
   const void* dout = nullptr;
-  void* dq = nullptr;
+  void* dq = nullptr;  // null while late_gradients has not given them: see gradient_pointers()
   void* dk = nullptr;
   void* dv = nullptr;
   int64_t do_batch_stride = 0, do_row_stride = 0, do_head_stride = 0;
@@ -114,7 +124,19 @@ struct BwdParams : FwdParams {
   int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
   int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
   bool deterministic = false;
+  LateGradients* late_gradients = nullptr;  // set when the caller allocates dq, dk, dv late
 };
+
+struct GradientPointers {
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+};
+
+// dq, dk and dv's memory: the call's, or (allocated late) the caller's allocator's, asked for once
+// here, the pointers' alignment checked. A family calls it after its first launch, before anything
+// writes a gradient (src/api/api.cpp).
+Status gradient_pointers(const BwdParams& p, GradientPointers* g);
 
 // A KV-cache call (KVCacheArgs), validated. The FwdParams part describes the attention: q, out,
 // lse as in the forward; k/v point at the caches (k_cache/v_cache, writable for the append);

@@ -1,5 +1,6 @@
 // The cpu family: the tiled online-softmax algorithm on host memory. It runs every valid call on
 // CPU tensors; only the KV-cache call with rotary needs a workspace (q rotated).
+#include "backend/status_try.hpp"
 #include "cpu/cpu_backend.hpp"
 
 namespace flashattn::cpu {
@@ -12,7 +13,16 @@ Status plan(const Params&, Plan* plan) {
 }
 
 Status run_forward(const Plan&, const FwdParams& p) { return forward(p); }
-Status run_backward(const Plan&, const BwdParams& p) { return backward(p); }
+// The gradients first (allocated late when the caller asked: nothing runs before them here).
+Status run_backward(const Plan&, const BwdParams& p) {
+  GradientPointers g;
+  FLASHATTN_TRY(gradient_pointers(p, &g));
+  BwdParams with = p;
+  with.dq = g.dq;
+  with.dk = g.dk;
+  with.dv = g.dv;
+  return backward(with);
+}
 
 // The KV-cache call's workspace holds q rotated (only with rotary tables).
 Status plan_kvcache(const KVCacheParams& p, Plan* plan) {

@@ -310,6 +310,15 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
   return Status::success();
 }
 
+Status gradients_into(const BwdParams& p, BwdKernelParams* k) {
+  GradientPointers g;
+  FLASHATTN_TRY(gradient_pointers(p, &g));
+  k->dq = g.dq;
+  k->dk = g.dk;
+  k->dv = g.dv;
+  return Status::success();
+}
+
 Status run_backward(const Plan& plan, const BwdParams& p) {
   const BwdPlanDetail d = plan.get<BwdPlanDetail>();
   const WorkspaceLayout& w = d.workspace;
@@ -318,6 +327,7 @@ Status run_backward(const Plan& plan, const BwdParams& p) {
   k.key_blocks_outer = d.key_blocks_outer;
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   FLASHATTN_TRY(launch_bwd_preprocess(k, p.dtype, stream));
+  FLASHATTN_TRY(gradients_into(p, &k));
   FLASHATTN_TRY(d.launch_main(k, stream, d.big_smem));
   return launch_bwd_postprocess(k, p.dtype, stream);
 }

@@ -30,4 +30,8 @@ Status check_all_aligned(const BwdParams& p, const char* who);
 // Everything but the grid order (key_blocks_outer, the sm80 tile's choice), over p.workspace.
 BwdKernelParams kernel_params(const BwdParams& p, int head_dim, int block_m, int block_n, const WorkspaceLayout& w);
 
+// dq, dk, dv into k (gradient_pointers). Called after the preprocess, which writes only the
+// workspace: a caller that allocates the gradients late does so while the GPU already works.
+Status gradients_into(const BwdParams& p, BwdKernelParams* k);
+
 }  // namespace flashattn::cuda::sm80

@@ -279,6 +279,7 @@ Status run_backward(const Plan& plan, const BwdParams& p) {
   k.part_heads_extra = k.group % k.split_parts;
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   FLASHATTN_TRY(sm80::launch_bwd_preprocess(k, p.dtype, stream));
+  FLASHATTN_TRY(sm80::gradients_into(p, &k));
   FLASHATTN_TRY(d.run(p, k));
   return sm80::launch_bwd_postprocess(k, p.dtype, stream);
 }

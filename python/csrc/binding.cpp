@@ -46,6 +46,9 @@ NB_MODULE(_C, m) {
         "Testing aid: the operators fill their outputs with NaN before the kernel runs.");
   m.def("set_skip_library_calls", &torch_ops::set_skip_library_calls, "on"_a,
         "Testing aid: the operators allocate their outputs but do not call the library.");
+  m.def("set_late_gradients", &torch_ops::set_late_gradients, "on"_a,
+        "Timing aid: False allocates the backward's gradients before the library call instead of after its "
+        "first launch.");
   m.def("set_kvcache_route", &set_kvcache_route, "route"_a,
         "Testing aid: where the GPU's KV-cache call attends: \"auto\" (the forward from 128 query rows), "
         "\"forward\" (wherever it can), \"decode\" (always the decode kernel).");

@@ -41,6 +41,7 @@ using OptTensor = std::optional<Tensor>;
 
 std::atomic<bool> g_poison_outputs{false};
 std::atomic<bool> g_skip_library_calls{false};
+std::atomic<bool> g_late_gradients{true};
 thread_local int g_last_error_code = 0;
 
 // The library's Status as the exception PyTorch turns into the matching Python one (ValueError,
@@ -434,7 +435,8 @@ std::tuple<Tensor, Tensor, Tensor> bwd(const Tensor& dout_in, const Tensor& q_ar
   a.lse = view_of("lse", lse);
   a.dout = view_of("dout", dout);
   a.deterministic = deterministic;
-  if (packing.count != 0) {  // the packed tensor's gradient: one allocation, its slices written
+  if (packing.count != 0 || !g_late_gradients.load(std::memory_order_relaxed)) {
+    // Packed: the packed tensor's gradient, one allocation, its slices written.
     Gradients g = gradients(q, k, v, k_arg, packing);
     a.dq = view_of("dq", g.dq);
     a.dk = view_of("dk", g.dk);
@@ -655,6 +657,7 @@ std::tuple<Tensor, Tensor> fwd_autograd(const Tensor& q, const Tensor& k, const 
 
 void set_poison_outputs(bool on) { g_poison_outputs.store(on); }
 void set_skip_library_calls(bool on) { g_skip_library_calls.store(on); }
+void set_late_gradients(bool on) { g_late_gradients.store(on); }
 int last_error_code() { return g_last_error_code; }
 
 }  // namespace flashattn::torch_ops

@@ -13,6 +13,10 @@ void set_poison_outputs(bool on);
 // test can see what a kernel that wrote nothing would return.
 void set_skip_library_calls(bool on);
 
+// Timing aid: false allocates the backward's dq, dk, dv before the library call (as before
+// gradient_allocator), so one process can time both orders (python/tools/backward_gap.py).
+void set_late_gradients(bool on);
+
 // Adds the CPython fast-call entry points (fast_call.cpp: _C.attention, _C.kvcache) to the module; 0 on
 // success.
 int add_fast_calls(PyObject* module);

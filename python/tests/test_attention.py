@@ -188,6 +188,26 @@ def test_deterministic_backward(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_gradients_allocated_late_or_early_agree(device):
+    """The backward's gradients allocated after its first launch (the default) or before the library
+    call (_C.set_late_gradients(False)): the same deterministic gradients, contiguous, of q, k, v's shapes."""
+    dtype = DEFAULT_DTYPE[device]
+    q, k, v = make_qkv((2, 70, 90, 4, 2, 64, 64), device, dtype)
+    dout = torch.randn(2, 70, 4, 64, device=device, dtype=dtype)
+    runs = []
+    for late in (True, False):
+        flashattn._C.set_late_gradients(late)
+        try:
+            runs.append(torch.autograd.grad(flash_attn_func(q, k, v, deterministic=True), (q, k, v), dout))
+        finally:
+            flashattn._C.set_late_gradients(True)
+    for a, b, t in zip(*runs, (q, k, v)):
+        assert a.shape == t.shape and a.is_contiguous() and a.device == t.device
+        assert not torch.isnan(a).any()
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_grad_of_some_inputs_only(device):
     """Only v requires grad: the backward still runs and gives the reference dv."""
     dtype = DEFAULT_DTYPE[device]

@@ -5,6 +5,8 @@ interleaved, CUDA events around each call (GPU idle before, as the benchmark):
   c-api+alloc   the same with dq, dk, dv and the workspace allocated per call (torch.empty)
   bwd-op        torch.ops.flashattn.bwd called directly (the operator without autograd)
   autograd      torch.autograd.grad of flash_attn_func's output (what the benchmark's flashattn-py times)
+  autograd-early  the same with dq, dk, dv allocated before the library call (_C.set_late_gradients(False)),
+                as before 2026-12-07: autograd-early - autograd is what allocating them after the first launch saves
   sdpa-flash    torch.autograd.grad of PyTorch's SDPA output, flash backend (the benchmark's torch-flash)
   fa2-direct    PyTorch's FlashAttention-2 backward called directly (aten._flash_attention_backward:
                 no autograd engine), so that sdpa-flash - fa2-direct is the engine's cost for it as
@@ -28,7 +30,7 @@ import sys
 import torch
 
 import flashattn
-from flashattn import _ops
+from flashattn import _C, _ops
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
@@ -62,6 +64,16 @@ def main():
             return g, ws
         return call
 
+    def early_gradients(call):
+        """The call with the backward's gradients allocated before the library call."""
+        def early():
+            _C.set_late_gradients(False)
+            try:
+                return call()
+            finally:
+                _C.set_late_gradients(True)
+        return early
+
     scale = d ** -0.5
     qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
     o = flashattn.flash_attn_func(qg, kg, vg, causal=a.causal, path=a.path)
@@ -78,6 +90,7 @@ def main():
         "bwd-op": lambda: _ops.bwd(do, q, k, v, out, lse, None, None, 0, 0, scale, a.causal, -1,
                                    0 if a.causal else -1, 0.0, False, a.path),
         "autograd": lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True),
+        "autograd-early": early_gradients(lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True)),
         "sdpa-flash": lambda: torch.autograd.grad(o_sdpa, (qg, kg, vg), do_t, retain_graph=True),
         "fa2-direct": lambda: torch.ops.aten._flash_attention_backward(do, q, k, v, o2, lse2, None, None, s, s, 0.0,
                                                                        a.causal, rng, unused),

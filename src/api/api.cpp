@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <type_traits>
 
 #include "api/select.hpp"
 #include "api/validate.hpp"
@@ -134,38 +135,23 @@ Status zero_rows_outside_sequences(const Params& p) {
   return p.device == Device::cuda ? cuda::zero_rows_outside(rows, count, p.stream) : cpu::zero_rows_outside(rows, count);
 }
 
-// A backward whose caller allocates dq, dk, dv late: the family asks for them (gradient_pointers)
-// after its first launch; one that launches nothing never asks, and they are asked for after its
-// run, so the caller always gets them on success. Then params hold them (the rows outside the
-// sequences are zeroed through them).
-void arm_late_gradients(const ForwardArgs&, FwdParams*, LateGradients*) {}
-void arm_late_gradients(const KVCacheArgs&, KVCacheParams*, LateGradients*) {}
-void arm_late_gradients(const BackwardArgs& args, BwdParams* p, LateGradients* late) {
-  if (!args.gradient_allocator) return;
-  late->allocator = args.gradient_allocator;
-  p->late_gradients = late;
-}
-
-Status settle_late_gradients(FwdParams*) { return Status::success(); }
-Status settle_late_gradients(BwdParams* p) {
-  if (p->late_gradients == nullptr) return Status::success();
-  GradientPointers g;
-  FLASHATTN_TRY(gradient_pointers(*p, &g));
-  p->dq = g.dq;
-  p->dk = g.dk;
-  p->dv = g.dv;
-  p->late_gradients = nullptr;
-  return Status::success();
-}
-
 template <class Args, class Params>
 Status run(const Args& args) try {
   Params params;
   Plan plan;
   Status status = plan_for(args, &params, &plan);
   if (!status.ok()) return status;
+  // A backward whose caller allocates dq, dk, dv late: the family asks for them after its first
+  // launch (gradient_pointers); one that launches nothing never asks, so they are asked for after
+  // the run and the caller always gets them on success (the rows outside the sequences are zeroed
+  // through them).
   LateGradients late;
-  arm_late_gradients(args, &params, &late);
+  if constexpr (std::is_same_v<Args, BackwardArgs>) {
+    if (args.gradient_allocator) {
+      late.allocator = args.gradient_allocator;
+      params.late_gradients = &late;
+    }
+  }
   status = provide_workspace(args, plan, &params);
   if (!status.ok()) return status;
   const bool served_without = plan.workspace_optional && params.workspace == nullptr && params.workspace_bytes == 0;
@@ -184,7 +170,7 @@ Status run(const Args& args) try {
   }
   const Direction<Params>& d = direction_of<Params>(*plan.family);
   FLASHATTN_TRY(d.run(plan, params));
-  FLASHATTN_TRY(settle_late_gradients(&params));
+  if constexpr (std::is_same_v<Args, BackwardArgs>) FLASHATTN_TRY(take_gradients(&params));
   return zero_rows_outside_sequences(params);
 } catch (const std::exception& e) {
   return {StatusCode::internal, std::string("internal error: ") + e.what()};
@@ -244,6 +230,15 @@ Status gradient_pointers(const BwdParams& p, GradientPointers* g) {
     late->given = true;
   }
   *g = {late->dq, late->dk, late->dv};
+  return Status::success();
+}
+
+Status take_gradients(BwdParams* p) {
+  GradientPointers g;
+  FLASHATTN_TRY(gradient_pointers(*p, &g));
+  p->dq = g.dq;
+  p->dk = g.dk;
+  p->dv = g.dv;
   return Status::success();
 }
 

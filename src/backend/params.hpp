@@ -137,6 +137,8 @@ struct GradientPointers {
 // here, the pointers' alignment checked. A family calls it after its first launch, before anything
 // writes a gradient (src/api/api.cpp).
 Status gradient_pointers(const BwdParams& p, GradientPointers* g);
+// The same, set into p's dq, dk and dv (a family running on a copy of its params; the API after a run).
+Status take_gradients(BwdParams* p);
 
 // A KV-cache call (KVCacheArgs), validated. The FwdParams part describes the attention: q, out,
 // lse as in the forward; k/v point at the caches (k_cache/v_cache, writable for the append);

@@ -15,12 +15,8 @@ Status plan(const Params&, Plan* plan) {
 Status run_forward(const Plan&, const FwdParams& p) { return forward(p); }
 // The gradients first (allocated late when the caller asked: nothing runs before them here).
 Status run_backward(const Plan&, const BwdParams& p) {
-  GradientPointers g;
-  FLASHATTN_TRY(gradient_pointers(p, &g));
   BwdParams with = p;
-  with.dq = g.dq;
-  with.dk = g.dk;
-  with.dv = g.dv;
+  FLASHATTN_TRY(take_gradients(&with));
   return backward(with);
 }
 

@@ -19,6 +19,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/TensorOptions.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/strides.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
@@ -383,11 +384,8 @@ struct LateGradientTensors {
   static TensorView planned(const char* name, const Tensor& like) {
     TensorView view = view_of(name, like);
     view.data = nullptr;
-    int64_t stride = 1;
-    for (int d = view.rank - 1; d >= 0; --d) {
-      view.stride[d] = stride;
-      stride *= view.shape[d];
-    }
+    const c10::DimVector strides = c10::contiguous_strides(like.sizes());
+    for (int d = 0; d < view.rank; ++d) view.stride[d] = strides[d];
     return view;
   }
 

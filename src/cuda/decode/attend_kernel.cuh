@@ -247,8 +247,10 @@ struct TmaBlocks {
 // Key block n of one side of the cache → a stage (cp.async; keys past the sequence and columns past
 // `dim` zeroed). A thread moves one chunk column of rows row0, row0 + kLoadRowStep, ...; their
 // element offsets are `offsets` (paged: staged by PagedRowOffsets) or the sequence's row stride apart.
-// `tid` counts the copying threads (the producer's, with one). A producer zeroes by a copy that reads
-// nothing (source size 0): the stage's full mbarrier counts its copies, not its plain stores.
+// `tid` counts the copying threads (the producer's, with one). A row or column outside is zeroed by a
+// copy that reads nothing (source size 0), in the same commit group as the block's other copies: a
+// producer's stage is complete when its full mbarrier has counted its copies, which would not count
+// a plain store.
 template <class Traits>
 __device__ __forceinline__ void load_kv_block(const AttendWork& w, const char* data, const int64_t (&offsets)[Traits::kLoadRows],
                                               int dim, int n, uint32_t stage, int tid) {
@@ -272,10 +274,8 @@ __device__ __forceinline__ void load_kv_block(const AttendWork& w, const char* d
     const int key = key0 + row;
     if (column_valid && key < w.mask.seqlen_k) {
       ptx::cp_async_16(dst, column + offsets[i] * kElemBytes);
-    } else if constexpr (Traits::kProducerCopies) {
-      ptx::cp_async_16(dst, data, 0);
     } else {
-      TileIO<KVTile, Traits::kThreads>::store_zero_16(dst);
+      ptx::cp_async_16(dst, data, 0);
     }
   }
 }

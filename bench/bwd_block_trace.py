@@ -61,9 +61,9 @@ def report(seqlen, hdim, causal, runs):
             if r[1] and r[7] > 0:
                 per_step.append((r[2] - r[1]) / r[7])
             epi.append(r[3] - r[2])
-        t0 = min(r[0] for r in blocks)
-        t1 = max(r[3] for r in blocks)
-        spans.append(t1 - t0)
+        first_start = min(r[0] for r in blocks)
+        last_end = max(r[3] for r in blocks)
+        spans.append(last_end - first_start)
         by_sm = defaultdict(list)
         for r in blocks:
             by_sm[r[6]].append(r)
@@ -73,7 +73,7 @@ def report(seqlen, hdim, causal, runs):
             for a, c in zip(rs, rs[1:]):
                 gaps.append(c[0] - a[3])
             busy_steps += sum(r[2] - r[1] for r in rs if r[1])
-        idle_share.append(1 - busy_steps / (len(by_sm) * (t1 - t0)))
+        idle_share.append(1 - busy_steps / (len(by_sm) * (last_end - first_start)))
 
     def med(x):
         x = [v for v in x if v == v]

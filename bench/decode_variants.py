@@ -7,6 +7,9 @@ flash_attn_with_kvcache, what users call).
 
     python3 bench/decode_variants.py --lib main=build/libflashattn_c.so --lib hint=other/libflashattn_c.so \
         [--shapes 1:8192:1,128:2048:1] [--json OUT]
+
+A build may carry a split count, NAME=LIB@SPLITS (the C ABI's num_splits; 0 or none: the library's
+choice), so that one library at several split counts is timed the same way: --lib s1=LIB@1 --lib s2=LIB@2.
 """
 import argparse
 import json
@@ -21,12 +24,13 @@ from bench_gpu import (DECODE_PAGE_SIZES, DecodeInputs, decode_cells, decode_tbp
 from flashattn_ctypes import FlashAttn  # noqa: E402
 
 
-def c_api_call(fa, x, page):
-    """One decode call of build fa on the contiguous cache (page 0) or the paged copy: fn and its output."""
+def c_api_call(fa, x, page, splits=0):
+    """One decode call of build fa on the contiguous cache (page 0) or the paged copy, with `splits` key
+    splits (0: the library's choice): fn and its output."""
     table, kc, vc = (None, x.k, x.v) if page == 0 else x.paged[page]
     out = torch.empty_like(x.q)
     args = lambda: fa.kvcache_args(x.q, kc, vc, x.cache_seqlens, out, block_table=table,  # noqa: E731
-                                   path="decode")
+                                   path="decode", num_splits=splits)
     keep = fa.kvcache_with_workspace(args(), x.q.device)
 
     def fn():
@@ -44,15 +48,19 @@ def main():
     ap.add_argument("--shapes", default=None, help="batch:seqlen_k:seqlen_q,... (default: the decode rows)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    builds = [(nl.split("=", 1)[0], FlashAttn(nl.split("=", 1)[1])) for nl in args.lib]
+    builds = []
+    for spec in args.lib:
+        name, lib = spec.split("=", 1)
+        lib, _, splits = lib.partition("@")
+        builds.append((name, FlashAttn(lib), int(splits or 0)))
     rows = []
     for cell in decode_cells(args.shapes):
         batch, seqlen_k, seqlen_q = cell["batch"], cell["seqlen_k"], cell["seqlen_q"]
         x = DecodeInputs(cell, "cuda")
         names, timers, outs, calls = [], [], [], []
-        for name, fa in builds:
+        for name, fa, splits in builds:
             for page in DECODE_PAGE_SIZES:
-                fn, out = c_api_call(fa, x, page)
+                fn, out = c_api_call(fa, x, page, splits)
                 fn()
                 outs.append(out.clone())
                 timers.append(graph_timed(fn))
@@ -75,7 +83,7 @@ def main():
         del x, timers, calls
         torch.cuda.empty_cache()
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(gpu=torch.cuda.get_device_name(), builds=[n for n, _ in builds],
+        Path(args.json).write_text(json.dumps(dict(gpu=torch.cuda.get_device_name(), builds=[n for n, _, _ in builds],
                                                    rows=rows), indent=1))
 
 

@@ -138,7 +138,7 @@ class FlashAttn:
         return fn(ctypes.byref(a)).decode()
 
     # ---- the KV-cache call (fa_kvcache_forward): q against a contiguous or paged cache, nothing appended
-    def kvcache_args(self, q, k_cache, v_cache, cache_seqlens, out, block_table=None, path="auto"):
+    def kvcache_args(self, q, k_cache, v_cache, cache_seqlens, out, block_table=None, path="auto", num_splits=0):
         a = FaKVCacheArgs()
         self.lib.fa_kvcache_args_init(ctypes.byref(a))
         for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens),
@@ -146,6 +146,7 @@ class FlashAttn:
             setattr(a, name, _view(t))
         a._path = path.encode()
         a.path = a._path
+        a.num_splits = num_splits
         a.stream = torch.cuda.current_stream().cuda_stream if q.is_cuda else None
         return a
 

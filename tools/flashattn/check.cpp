@@ -73,17 +73,17 @@ Status forward_reference(const flashattn::FwdParams& p, ref::Precision precision
   return flashattn::Status::success();
 }
 
-TensorCheck compare(const char* name, int64_t dim, const std::vector<double>& got, const std::vector<double>& same,
-                    const std::vector<double>& f64, const std::vector<int64_t>& rows, int64_t width,
-                    flashattn::DType dtype, double terms = 0) {
+}  // namespace
+
+TensorCheck check_tensor(const char* name, int64_t dim, const std::vector<double>& got,
+                         const std::vector<double>& same, const std::vector<double>& f64,
+                         const std::vector<int64_t>& rows, int64_t width, flashattn::DType dtype, double terms) {
   TensorCheck t;
   t.name = name;
   t.dim = dim;
   t.error = ref::check_error_rule(got, same, f64, rows, width, dtype, -1, terms);
   return t;
 }
-
-}  // namespace
 
 Status check_outputs(const Layout& l, const RunConfig& c, const Tensors& host, CheckResult* r) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -113,11 +113,11 @@ Status check_outputs(const Layout& l, const RunConfig& c, const Tensors& host, C
   if (s.ok()) s = forward_reference(fp, ref::Precision::same, q_rows, l.total_q, &steps, &same);
   if (!s.ok()) return s;
   r->q_rows = static_cast<int64_t>(f64.q_rows.size());
-  r->tensors.push_back(compare("out", l.hdim_v, ref::read_out(fp), same.out, f64.out, f64.q_rows,
-                               l.heads_q * l.hdim_v, c.dtype, f64.out_terms));
+  r->tensors.push_back(check_tensor("out", l.hdim_v, ref::read_out(fp), same.out, f64.out, f64.q_rows,
+                                    l.heads_q * l.hdim_v, c.dtype, f64.out_terms));
   // lse is fp32 whatever the inputs' dtype: its atol is float32's.
   r->tensors.push_back(
-      compare("lse", 1, ref::read_lse(fp), same.lse, f64.lse, f64.q_rows, l.heads_q, flashattn::DType::f32));
+      check_tensor("lse", 1, ref::read_lse(fp), same.lse, f64.lse, f64.q_rows, l.heads_q, flashattn::DType::f32));
 
   if (c.backward) {
     flashattn::BwdParams bp;
@@ -133,12 +133,12 @@ Status check_outputs(const Layout& l, const RunConfig& c, const Tensors& host, C
     steps.done(backward_work);
     if (!s.ok()) return s;
     r->k_rows = static_cast<int64_t>(b64.k_rows.size());
-    r->tensors.push_back(compare("dq", l.hdim_qk, ref::read_dq(bp), bsame.dq, b64.dq, b64.q_rows,
-                                 l.heads_q * l.hdim_qk, c.dtype, b64.dq_terms));
-    r->tensors.push_back(compare("dk", l.hdim_qk, ref::read_dk(bp), bsame.dk, b64.dk, b64.k_rows,
-                                 l.heads_kv * l.hdim_qk, c.dtype, b64.dk_terms));
-    r->tensors.push_back(compare("dv", l.hdim_v, ref::read_dv(bp), bsame.dv, b64.dv, b64.k_rows,
-                                 l.heads_kv * l.hdim_v, c.dtype, b64.dv_terms));
+    r->tensors.push_back(check_tensor("dq", l.hdim_qk, ref::read_dq(bp), bsame.dq, b64.dq, b64.q_rows,
+                                      l.heads_q * l.hdim_qk, c.dtype, b64.dq_terms));
+    r->tensors.push_back(check_tensor("dk", l.hdim_qk, ref::read_dk(bp), bsame.dk, b64.dk, b64.k_rows,
+                                      l.heads_kv * l.hdim_qk, c.dtype, b64.dk_terms));
+    r->tensors.push_back(check_tensor("dv", l.hdim_v, ref::read_dv(bp), bsame.dv, b64.dv, b64.k_rows,
+                                      l.heads_kv * l.hdim_v, c.dtype, b64.dv_terms));
   }
   for (const TensorCheck& t : r->tensors) r->ok = r->ok && t.error.ok;
   r->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -35,6 +35,13 @@ struct CheckResult {
   double seconds = 0;
 };
 
+// One output against the float64 reference by the error rule: `got` (the call's), `same` (the naive
+// computation in the inputs' precision) and `f64` over the checked `rows` of `width` entries each;
+// `terms`, the sums' lengths where the rule's tolerance grows with them (0: none).
+TensorCheck check_tensor(const char* name, int64_t dim, const std::vector<double>& got,
+                         const std::vector<double>& same, const std::vector<double>& f64,
+                         const std::vector<int64_t>& rows, int64_t width, flashattn::DType dtype, double terms = 0);
+
 // Checks the host copies of the outputs (out, lse; and dq, dk, dv when config.backward). A failing
 // reference call (never expected: the same args already ran) comes back as its Status.
 flashattn::Status check_outputs(const Layout& layout, const RunConfig& config, const Tensors& host,

@@ -77,16 +77,6 @@ void sampled_call(const DecodeConfig& c, const DecodeTensors& host, const std::v
   }
 }
 
-TensorCheck compare(const char* name, int64_t dim, const std::vector<double>& got, const std::vector<double>& same,
-                    const std::vector<double>& f64, const std::vector<int64_t>& rows, int64_t width, DType dtype,
-                    double terms = 0) {
-  TensorCheck t;
-  t.name = name;
-  t.dim = dim;
-  t.error = ref::check_error_rule(got, same, f64, rows, width, dtype, -1, terms);
-  return t;
-}
-
 }  // namespace
 
 Status check_decode(const DecodeConfig& c, const DecodeTensors& host, DecodeCheckResult* r) {
@@ -112,11 +102,11 @@ Status check_decode(const DecodeConfig& c, const DecodeTensors& host, DecodeChec
   if (!s.ok()) return s;
 
   const ref::ForwardResult& want = f64.attention;
-  r->tensors.push_back(compare("out", c.hdim_v, ref::read_out(params), same.attention.out, want.out, want.q_rows,
-                               c.heads_q * c.hdim_v, c.dtype, want.out_terms));
+  r->tensors.push_back(check_tensor("out", c.hdim_v, ref::read_out(params), same.attention.out, want.out, want.q_rows,
+                                    c.heads_q * c.hdim_v, c.dtype, want.out_terms));
   // lse is fp32 whatever the inputs' dtype: its atol is float32's.
-  r->tensors.push_back(compare("lse", 1, ref::read_lse(params), same.attention.lse, want.lse, want.q_rows, c.heads_q,
-                               DType::f32));
+  r->tensors.push_back(check_tensor("lse", 1, ref::read_lse(params), same.attention.lse, want.lse, want.q_rows,
+                                    c.heads_q, DType::f32));
   for (const TensorCheck& t : r->tensors) r->ok = r->ok && t.error.ok;
   r->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return Status::success();

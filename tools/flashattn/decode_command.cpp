@@ -125,14 +125,9 @@ int decode_command(const std::vector<std::string>& args) {
 
   // The tensors the call runs on: the host ones, or device copies.
   DecodeTensors device;
-  void* stream = nullptr;
-  struct StreamGuard {
-    void* s;
-    ~StreamGuard() { gpu::stream_destroy(s); }
-  } guard{nullptr};
+  gpu::Stream owned_stream;
   if (c.device == Device::cuda) {
-    if (error = gpu::stream_create(&stream); !error.empty()) return fail_cuda(c, error);
-    guard.s = stream;
+    if (error = owned_stream.create(); !error.empty()) return fail_cuda(c, error);
     if (error = allocate_decode_tensors(c, Device::cuda, &device); !error.empty()) {
       // Almost always out of device memory: the sizes asked for are too large for this GPU.
       return bad_option(c.json, sizes(c) + ": device tensors: " + error);
@@ -140,6 +135,7 @@ int decode_command(const std::vector<std::string>& args) {
     if (error = copy_decode_inputs(host, &device); !error.empty()) return fail_cuda(c, error);
   }
   DecodeTensors& run_on = c.device == Device::cuda ? device : host;
+  void* const stream = owned_stream.get();  // null on the CPU
 
   // Ask the library first: a configuration it rejects is a bad option (exit 2), with its message.
   Status s = flashattn::supports(kvcache_args(c, run_on, stream));

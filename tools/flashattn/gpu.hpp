@@ -24,6 +24,20 @@ std::string mem_info(std::size_t* free_bytes, std::size_t* total_bytes);
 // synchronize() does not report it.
 void clear_last_error();
 
+// A stream the tool owns, destroyed with it; null until create() (the CPU backend's calls take none).
+class Stream {
+ public:
+  Stream() = default;
+  ~Stream() { stream_destroy(stream_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  std::string create() { return stream_create(&stream_); }
+  void* get() const { return stream_; }
+
+ private:
+  void* stream_ = nullptr;
+};
+
 // Times work enqueued on `stream` between start() and stop_ms() with a pair of CUDA events;
 // stop_ms() waits for the stop event.
 class EventTimer {

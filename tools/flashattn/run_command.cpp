@@ -173,14 +173,9 @@ int run_command(const std::vector<std::string>& args) {
 
   // The tensors the call runs on: the host ones, or device copies.
   Tensors device;
-  void* stream = nullptr;
-  struct StreamGuard {
-    void* s;
-    ~StreamGuard() { gpu::stream_destroy(s); }
-  } guard{nullptr};
+  gpu::Stream owned_stream;
   if (c.device == Device::cuda) {
-    if (error = gpu::stream_create(&stream); !error.empty()) return fail_cuda(c, error);
-    guard.s = stream;
+    if (error = owned_stream.create(); !error.empty()) return fail_cuda(c, error);
     if (error = allocate_tensors(layout, c, Device::cuda, &device); !error.empty()) {
       // Almost always out of device memory: the sizes asked for are too large for this GPU.
       print_error(c.json, kExitBadOptions, "--batch/--heads/--seqlen/--headdim: device tensors: " + error);
@@ -189,6 +184,7 @@ int run_command(const std::vector<std::string>& args) {
     if (error = copy_inputs(host, &device); !error.empty()) return fail_cuda(c, error);
   }
   Tensors& run_on = c.device == Device::cuda ? device : host;
+  void* const stream = owned_stream.get();  // null on the CPU
 
   if (std::optional<int> done = plan_workspace(layout, c, &run_on, stream)) return *done;
   const flashattn::ForwardArgs fwd = forward_args(layout, c, run_on, stream);

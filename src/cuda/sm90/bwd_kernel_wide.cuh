@@ -181,13 +181,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     ahead = kb.after(ahead, Traits::kBlockM);
   }
   __syncthreads();  // both warpgroups' last products (which read K and V) are waited for
-  const BwdKeyBlock end = key_block_after_walk<kParts>(kb, p);
-  if constexpr (kParts) {  // the last of the key block's parts stores the sums
-    if (!add_key_side_part<Traits, Traits::kHalf>(p, row0, wg * Traits::kHalf, lane / 4, lane % 4, dk, dv)) return;
-  }
-  stage_key_side<Traits, Traits::kHalf>(sm, row0, wg * Traits::kHalf, lane / 4, lane % 4, dk, dv, p.scale);
-  __syncthreads();
-  store_key_tiles<Traits>(p, end, sm, tid);
+  finish_key_block<Traits, kParts, Traits::kHalf>(p, kb, sm, row0, wg * Traits::kHalf, lane, tid, dk, dv);
 #else
   FLASHATTN_PTX_UNSUPPORTED("the sm90 backward kernel needs sm_90a");
 #endif

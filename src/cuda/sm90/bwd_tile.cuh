@@ -563,4 +563,21 @@ __device__ __forceinline__ void store_key_tiles(const BwdKernelParams& p, const 
   }
 }
 
+// The key block's end, after the walk (the caller's barrier has waited for every product that reads
+// K and V): this warp's dK·scale and dV (keys key0 + g, + 8; kCols columns from col0) staged and the
+// block's rows stored; a part (kParts) first adds its sums, and only the part that finishes its key
+// block last goes on to store them.
+template <class Traits, bool kParts, int kCols>
+__device__ __forceinline__ void finish_key_block(const BwdKernelParams& p, const BwdKeyBlock& kb,
+                                                 const BwdSmem<Traits>& sm, int key0, int col0, int lane, int tid,
+                                                 float (&dk)[kCols / 2], float (&dv)[kCols / 2]) {
+  const BwdKeyBlock end = key_block_after_walk<kParts>(kb, p);
+  if constexpr (kParts) {
+    if (!add_key_side_part<Traits, kCols>(p, key0, col0, lane / 4, lane % 4, dk, dv)) return;
+  }
+  stage_key_side<Traits, kCols>(sm, key0, col0, lane / 4, lane % 4, dk, dv, p.scale);
+  __syncthreads();
+  store_key_tiles<Traits>(p, end, sm, tid);
+}
+
 }  // namespace flashattn::cuda::sm90

@@ -14,10 +14,6 @@
 # STEPS=test,sanitize,record,sm80 picks steps; RECORD_ARGS adds bench_gpu.py flags to the record;
 # EXTRA="CMD; CMD ..." runs last, with what time is left (its output in extra.log, in the summary),
 # the pack's build folder as $B (e.g. python3 python/tools/backward_gap.py --lib $B/libflashattn_c.so).
-# How long a call runs (device time is scarce; plan by these): every step at 8262cf7 on the H200
-# 6.5 min (tests and sanitizers 2, the Python package ready by then, the record 1.6, the sm80 grid
-# 0.7); STEPS=record RECORD_ARGS="--parts decode" with kvcache_test as EXTRA 1.5 min on an H100
-# (3374754: the package 50 s, the record 12 s, the test 20 s).
 set -uo pipefail
 OUT=${1:?usage: gpu_record.sh OUT_DIR}
 mkdir -p "$OUT"

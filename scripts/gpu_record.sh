@@ -44,6 +44,10 @@ if has sanitize; then
     --gtest_filter='All/Diff.*/sm80_b2_q129_k127_h4x2_d128_f16*:All/Diff.*/sm90_b2_q129_k127_h4x2_d128_f16*:All/Diff.Backward/sm90_b1_q1000_k300_h2x1_d256_bf16'
   run racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/diff_test" --sms=2 \
     --gtest_filter='All/Diff.*/sm80_b2_q129_k127_h4x2_d128_f16:All/Diff.*/sm90_b2_q129_k127_h4x2_d128_f16'
+  # The split tail planned for 3 SMs: equal parts (hdim 256) and spans (hdim 128).
+  split='All/Diff.Backward/sm80_b1_q1000_k300_h2x1_d256_bf16:All/Diff.Backward/sm80_b1_q1000_k1000_h1x1_d128_f16'
+  run memcheck_split 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/diff_test" --sms=3 --gtest_filter="$split"
+  run racecheck_split 60 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/diff_test" --sms=3 --gtest_filter="$split"
 fi
 
 wait_for_package

@@ -37,6 +37,12 @@ std::vector<Case> head_dim_cases() {
   // The CUDA backward's split tail at hdim 256 (tests/CMakeLists.txt plans it for 3 SMs: 5 key
   // blocks of 32 steps, the last 2 split in 3 parts; on a real GPU all 5 split).
   v.push_back(Case::padded(1, 1000, 300, 2, 1, 256).with(DType::bf16));
+  // Its span split (bwd_params.cuh): 68 key blocks of 16 steps, on a real GPU all in spans of ~9
+  // steps (most across two blocks), for 3 SMs the last 2 in spans of 11. And a small one for the
+  // sanitizers (gpu_check.sh's split subset): 8 key blocks of 16 steps, for 3 SMs the last 2 in
+  // spans of 11.
+  v.push_back(Case::padded(1, 1000, 4352, 1, 1, 256).with(DType::bf16).sample(48, 48));
+  v.push_back(Case::padded(1, 1000, 1000, 1, 1, 128).with(DType::f16));
   return v;
 }
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <random>
 #include <set>
 #include <tuple>
@@ -447,17 +448,97 @@ TEST(CudaBackwardSplit, LastWaveOfEqualBlocks) {
   using flashattn::cuda::sm80::bwd_tile;
   using flashattn::cuda::sm80::split_for;
   const auto tile = bwd_tile(128, false);
-  // No mask, 2048 blocks on 132 SMs: the last 68 run as parts.
+  // No mask, 2048 blocks on 132 SMs: the last 68 run split (as spans: LastWaveInSpans).
   const auto s = split_for(bwd_shape(1, 16384, 16, 16, false), tile, 132);
   EXPECT_EQ(s.first, 2048 - 68);
   EXPECT_EQ(s.tail, 68);
-  EXPECT_GE(s.parts, 2);
+  EXPECT_TRUE(s.parts >= 2 || s.span > 0);
   // Whole waves and varlen stay whole.
   EXPECT_EQ(split_for(bwd_shape(1, 16384, 16, 16, false), tile, 128).tail, 0);
   auto v = bwd_shape(2, 8192, 16, 16, false);
   const int32_t cu[] = {0, 8192, 12288};
   v.cu_seqlens_q = v.cu_seqlens_k = cu;
   EXPECT_EQ(split_for(v, tile, 132).tail, 0);
+}
+
+// The span split (bwd_params.cuh): where the best equal parts still leave SMs idle (hdim 128 or 256
+// without a mask: 2048 key blocks, 68 in the last wave of 132 SMs), the last wave runs as spans of
+// one SM's share of its steps; their segments cover every step of every split block once, each
+// block's count of segments is the count its parts wait for, and the order is longest first.
+void expect_spans_cover(const flashattn::cuda::sm80::BwdSplit& s, int num_sms) {
+  using namespace flashattn::cuda::sm80;
+  BwdKernelParams k;
+  k.split_first = s.first;
+  k.split_tail = s.tail;
+  k.split_span = s.span;
+  k.split_block_steps = s.block_steps;
+  TailOrder order{};
+  const int count = tail_order(k, order);
+  ASSERT_LE(count, 2 * num_sms);
+  std::vector<int> covered(static_cast<std::size_t>(s.tail) * s.block_steps, 0), segments(s.tail, 0), parts(s.tail, -1);
+  std::vector<int> seen(kMaxTailSegments, 0);
+  int previous_length = INT_MAX;
+  for (int i = 0; i < count; ++i) {
+    const int entry = order.segment[i];
+    ASSERT_EQ(seen[entry]++, 0) << "segment " << entry << " twice";
+    const TailSegment seg = tail_segment(k, entry / 2, entry % 2);
+    const int block = seg.grid_block - s.first;
+    ASSERT_GE(block, 0);
+    ASSERT_LT(block, s.tail);
+    ASSERT_LT(seg.range.begin, seg.range.end);
+    ASSERT_LE(seg.range.end, s.block_steps);
+    ASSERT_LE(seg.range.end - seg.range.begin, previous_length) << "not longest first at " << i;
+    previous_length = seg.range.end - seg.range.begin;
+    for (int step = seg.range.begin; step < seg.range.end; ++step) covered[block * s.block_steps + step]++;
+    segments[block]++;
+    ASSERT_TRUE(parts[block] == -1 || parts[block] == seg.range.parts);
+    parts[block] = seg.range.parts;
+  }
+  for (std::size_t i = 0; i < covered.size(); ++i) ASSERT_EQ(covered[i], 1) << "step " << i;
+  for (int b = 0; b < s.tail; ++b) EXPECT_EQ(segments[b], parts[b]) << "block " << b;
+}
+
+TEST(CudaBackwardSplit, LastWaveInSpans) {
+  using flashattn::cuda::sm80::bwd_tile;
+  using flashattn::cuda::sm80::split_for;
+  // hdim 256 at 4k: 68 blocks of 64 steps; equal parts at best 3 rounds of 13 steps (k = 5), spans 33.
+  auto s = split_for(bwd_shape(4, 4096, 8, 8, false), bwd_tile(256, true), 132);
+  EXPECT_EQ(s.first, 2048 - 68);
+  EXPECT_EQ(s.tail, 68);
+  EXPECT_EQ(s.block_steps, 64);
+  EXPECT_EQ(s.span, 33);
+  expect_spans_cover(s, 132);
+  // hdim 128 from 1k to 16k, and shapes the GPU tests plan for 3 SMs (--sms=3).
+  for (int64_t seqlen : {1024, 2048, 8192, 16384}) {
+    s = split_for(bwd_shape(16384 / seqlen, seqlen, 16, 16, false), bwd_tile(128, true), 132);
+    EXPECT_GT(s.span, 0) << seqlen;
+    expect_spans_cover(s, 132);
+  }
+  // diff_test's case for it (differential_test.cpp: q 1000, k 4352, hdim 256, one head): 68 blocks
+  // of 16 steps, spans of 9 on 132 SMs; planned for 3 SMs (ctest's --sms=3), the last 2 blocks in
+  // spans of 11, one of them across both.
+  auto d256 = bwd_shape(1, 1000, 1, 1, false);
+  d256.seqlen_k = 4352;
+  d256.hdim_qk = d256.hdim_v = 256;
+  s = split_for(d256, bwd_tile(256, true), 132);
+  EXPECT_EQ(s.first, 0);
+  EXPECT_EQ(s.tail, 68);
+  EXPECT_EQ(s.span, 9);
+  expect_spans_cover(s, 132);
+  s = split_for(d256, bwd_tile(256, true), 3);
+  EXPECT_EQ(s.first, 66);
+  EXPECT_EQ(s.tail, 2);
+  EXPECT_EQ(s.span, 11);
+  expect_spans_cover(s, 3);
+  s = split_for(bwd_shape(1, 1000, 1, 1, false), bwd_tile(128, true), 3);  // the sanitizers' case
+  EXPECT_EQ(s.first, 6);
+  EXPECT_EQ(s.tail, 2);
+  EXPECT_EQ(s.span, 11);
+  expect_spans_cover(s, 3);
+  // Where equal parts fill the GPU as well, they stay (hdim 64 at 16k: 4 blocks as 32 parts of 4).
+  s = split_for(bwd_shape(1, 16384, 32, 32, false), bwd_tile(64, true), 132);
+  EXPECT_EQ(s.span, 0);
+  EXPECT_EQ(s.parts, 32);
 }
 
 // The sm80 backward's grid order (bwd_plan.cu's key_blocks_outer): key blocks outer under a mask,
@@ -755,7 +836,12 @@ TEST(CudaBackwardSplit, CoversTheGrid) {
       ASSERT_EQ(int64_t{s.first} + s.tail, blocks);
       ASSERT_GE(s.parts, 1);
       ASSERT_LE(s.parts, 64);
-      ASSERT_EQ(s.parts == 1, s.tail == 0);
+      ASSERT_EQ(s.parts == 1 && s.span == 0, s.tail == 0);
+      if (s.span > 0) {
+        ASSERT_FALSE(p.deterministic);
+        ASSERT_EQ(s.parts, 1);
+        expect_spans_cover(s, sms);
+      }
       if (p.deterministic) ASSERT_LE(int64_t{s.tail} * s.parts * 2 * tile.block_n * d * 4, int64_t{256} << 20);
     }
   }

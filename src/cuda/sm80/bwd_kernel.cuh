@@ -54,14 +54,38 @@
 
 namespace flashattn::cuda::sm80 {
 
-// The work of one thread block: part `part` of `parts` (consecutive ranges of the loop steps) of
-// grid block `grid_block`. bwd_main_kernel runs whole blocks (part 0 of 1, compile-time constants,
-// so none of the split code is in it); bwd_tail_kernel the split tail's parts. kSlopeVaries:
+// Which steps of which grid block a thread block runs (bwd_params.cuh's TailSegment), asked once
+// before the step loop and again for the epilogue (`again`: from an opaque block index, so that
+// it is recomputed there rather than kept live across the loop; at 255 registers that spilled 28 B
+// at hdim 128). WholeBlock (bwd_main_kernel): grid block blockIdx.x, all its steps, constants that
+// fold away, so none of the split code is in the main kernel.
+struct WholeBlock {
+  int grid_block;
+
+  __device__ __forceinline__ TailSegment segment(bool /*again*/) const { return TailSegment{grid_block, {}}; }
+};
+// bwd_tail_kernel's: part blockIdx.x mod split_parts of grid block split_first + blockIdx.x /
+// split_parts, or where kSpans and split_span > 0 the segment order.segment[blockIdx.x].
+template <bool kSpans>
+struct TailPart {
+  const BwdKernelParams& p;
+  const TailOrder& order;
+
+  __device__ __forceinline__ TailSegment segment(bool again) const {
+    const unsigned j = again ? static_cast<unsigned>(opaque(static_cast<int>(blockIdx.x))) : blockIdx.x;
+    if (kSpans && p.split_span > 0) return tail_segment(p, order.segment[j] / 2, order.segment[j] % 2);
+    const int parts = p.split_parts;
+    return TailSegment{static_cast<int>(p.split_first + j / parts), BwdStepRange{static_cast<int>(j % parts), parts}};
+  }
+};
+
+// The work of one thread block: the steps part.segment().range of grid block
+// part.segment().grid_block. bwd_main_kernel runs whole blocks; bwd_tail_kernel the split tail's
+// parts and segments. kSlopeVaries:
 // score_slope_varies(p.scores) (common/scores.cuh): acc_s keeps the scores, and dS recomputes P and
 // takes the slope from them.
-template <class Elem, int kHeadDim, bool kBigSmem, bool kSlopeVaries, bool kOrderedSums = false>
-__device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const int grid_block, const int part,
-                                               const int parts) {
+template <class Elem, int kHeadDim, bool kBigSmem, bool kSlopeVaries, bool kOrderedSums, class Part>
+__device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const Part& part) {
   using Sh = BwdShape<kHeadDim, kBigSmem>;
   using TileQ = typename Sh::TileQ;
   using TileK = typename Sh::TileK;
@@ -72,7 +96,7 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
   const KeyBlockOrder key_order = key_block_order(p);
-  const BwdBlockIndex ix = bwd_block_index<Sh::kTile.longest_first>(p, grid_block, key_order);
+  const BwdBlockIndex ix = bwd_block_index<Sh::kTile.longest_first>(p, part.segment(false).grid_block, key_order);
   const int n_block = ix.n_block, h_kv = ix.h_kv, b = ix.b;
   const SeqLens seq = seq_lens(b, p.cu_seqlens_q, p.cu_seqlens_k, p.seqlen_q, p.seqlen_k);
   const int n0 = n_block * kBN;
@@ -83,9 +107,10 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
   const int num_m = imax(0, mask.m_block_end(n0, kBN, kBM) - m_begin);
   // This block's (query head, query block) pairs, query blocks fastest: pairs [first_step,
   // first_step + steps) of the key block's num_m · group (all of them unless split; in
-  // bwd_main_kernel part = 0 and parts = 1 are constants and this folds to 0 and num_m · group).
-  const int first_step = static_cast<int>(int64_t{num_m} * p.group * part / parts);
-  const int steps = static_cast<int>(int64_t{num_m} * p.group * (part + 1) / parts) - first_step;
+  // bwd_main_kernel the range is a constant and this folds to 0 and num_m · group).
+  const BwdStepRange range = part.segment(false).range;
+  const int first_step = range.first(int64_t{num_m} * p.group);
+  const int steps = range.stop(int64_t{num_m} * p.group) - first_step;
   const int64_t ws_row0 = ws_row_start(b, seq.q_offset, p.cu_seqlens_q != nullptr, p.seqlen_q, kBM);
 
   const uint32_t s_base = ptx::smem_addr(smem);
@@ -205,7 +230,9 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const i
     }
   }
 
-  bwd_epilogue<Elem, Sh, kOrderedSums>(p, ix, seq, n0, acc_dk, acc_dv, w, smem, grid_block, parts, lane, tid);
+  const TailSegment segment = part.segment(true);
+  bwd_epilogue<Elem, Sh, kOrderedSums>(p, ix, seq, n0, acc_dk, acc_dv, w, smem, segment.grid_block, segment.range.parts,
+                                       lane, tid);
 }
 
 // Whole key blocks: grid block blockIdx.x (with a split tail, the grid is the first split_first).
@@ -214,20 +241,22 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
   // The split tail's parts (bwd_tail_kernel, launched next as a programmatic dependent) may take
   // each SM as soon as this grid's block there finishes, as if they were this grid's own last wave.
   ptx::griddep_launch_dependents();
-  bwd_block_part<Elem, kHeadDim, kBigSmem, kSlopeVaries>(p, blockIdx.x, 0, 1);
+  bwd_block_part<Elem, kHeadDim, kBigSmem, kSlopeVaries, false>(p, WholeBlock{static_cast<int>(blockIdx.x)});
 }
 
 // The split tail (bwd_params.cuh): block j is part j mod split_parts of grid block split_first +
-// j / split_parts. A separate kernel, so that the split code (setup, fp32 reduction) leaves the main
-// kernel's register allocation and schedule alone: at hdim 256 (255 registers) it cost 1.5 % there
-// when compiled into it (docs/kernels-sm80-backward.md). kOrderedSums: deterministic mode, whose
-// parts keep their dK/dV sums apart (bwd_epilogue.cuh); its own kernel, so that the other keeps its
-// registers (the sums' code spilled 32 B into the loop at hdim 128 when both were in one).
+// j / split_parts, or with split_span the segment order.segment[j] (TailOrder: longest first). One
+// segment per block: a block that ran both segments of a span (a loop, or the body twice) made ptxas
+// spill 20-290 B in the step loop at 255 registers. A separate kernel, so that the split code (setup,
+// fp32 reduction) leaves the main kernel's register allocation and schedule alone: at hdim 256 (255
+// registers) it cost 1.5 % there when compiled into it (docs/kernels-sm80-backward.md).
+// kOrderedSums: deterministic mode, whose parts keep their dK/dV sums apart (bwd_epilogue.cuh) and
+// whose split is always equal parts; its own kernel, so that the other keeps its registers (the
+// sums' code spilled 32 B into the loop at hdim 128 when both were in one).
 template <class Elem, int kHeadDim, bool kBigSmem, bool kOrderedSums>
-__global__ void __launch_bounds__(kBwdThreads, 1) bwd_tail_kernel(const __grid_constant__ BwdKernelParams p) {
-  const int parts = p.split_parts;
-  bwd_block_part<Elem, kHeadDim, kBigSmem, false, kOrderedSums>(p, p.split_first + blockIdx.x / parts,
-                                                                blockIdx.x % parts, parts);
+__global__ void __launch_bounds__(kBwdThreads, 1)
+    bwd_tail_kernel(const __grid_constant__ BwdKernelParams p, const __grid_constant__ TailOrder order) {
+  bwd_block_part<Elem, kHeadDim, kBigSmem, false, kOrderedSums>(p, TailPart<!kOrderedSums>{p, order});
   // Complete only after the main kernel has (it may still run when this grid starts): the stream's
   // next work (the postprocess reads dQ) then sees both grids' writes.
   ptx::griddep_wait();

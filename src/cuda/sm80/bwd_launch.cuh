@@ -4,6 +4,7 @@
 
 #include "cuda/sm80/bwd_kernel.cuh"
 #include "cuda/sm80/bwd_launch.hpp"
+#include "cuda/sm80/bwd_split.hpp"
 
 namespace flashattn::cuda::sm80 {
 
@@ -22,9 +23,13 @@ Status launch_bwd_tail(const BwdKernelParams& p, cudaStream_t stream, bool depen
   static GriddepFlags griddep[2];
   Status s = opt_in_dynamic_smem("cuda sm80 backward", kernel, kSmem, opted_in[ordered]);
   if (!s.ok()) return s;
-  const dim3 grid(static_cast<unsigned>(int64_t{p.split_tail} * p.split_parts));
-  return launch_dependent("cuda sm80 backward", "split-tail kernel launch", kernel, grid, dim3(kBwdThreads), kSmem,
-                          stream, dependent_of_main, griddep[ordered], p);
+  // The spans' order is worked out here, after the main kernel's launch: host time the GPU does not
+  // wait for.
+  TailOrder order{};
+  order.count = p.split_span > 0 ? tail_order(p, order) : p.split_tail * p.split_parts;
+  return launch_dependent("cuda sm80 backward", "split-tail kernel launch", kernel,
+                          dim3(static_cast<unsigned>(order.count)), dim3(kBwdThreads), kSmem, stream, dependent_of_main,
+                          griddep[ordered], p, order);
 }
 
 template <class Elem, int kHeadDim, bool kBigSmem>

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include "backend/status_try.hpp"
@@ -38,11 +40,28 @@ int64_t max_parts(const BwdParams& p, const BwdTile& tile, int64_t tail) {
   return std::min(kMaxParts, kMaxOrderedSums / (tail * slot));
 }
 
+// The longest an SM works on a span split of `tail` blocks of `steps` steps (bwd_params.cuh): a span
+// of ceil(tail·steps / P) steps, plus the overhead of each segment (a span of a block or two).
+int64_t span_cost(int64_t tail, int64_t steps, int64_t span) {
+  const int64_t all = tail * steps;
+  int64_t cost = 0;
+  for (int64_t at = 0; at < all; at += span) {
+    const int64_t stop = std::min(at + span, all), segments = (stop - 1) / steps - at / steps + 1;
+    cost = std::max(cost, stop - at + segments * kPartOverheadSteps);
+  }
+  return cost;
+}
+
 // Without a mask every block walks the same steps. A grid of B such blocks on P multiprocessors ends
 // with a wave of B mod P blocks that leaves the other SMs idle for a whole block's time (measured on
 // the H200, s 16384 against 16896, whose grids are whole waves: 3 % of the backward at hdim 64, 128
 // and 256). Splitting each of those last blocks into k parts shortens that wave to about
-// ceil(tail·k / P) rounds of steps/k steps plus the parts' overhead; k minimizes that.
+// ceil(tail·k / P) rounds of steps/k steps plus the parts' overhead; the rounds' rounding up still
+// leaves SMs idle (hdim 256 at 4k on 132 SMs: 68 blocks of 64 steps, best k = 5 in 3 rounds of 13
+// steps, 45 with the overhead, where the SMs' share is 33). The span split gives every SM that share
+// (its blocks' steps laid end to end, cut into P spans, two segments where a span crosses blocks:
+// 37 there). The cheaper of the best k and the spans (split_for sends no deterministic call here;
+// its kernel, which keeps each part's sums apart, cuts equal parts only).
 BwdSplit split_last_wave(const BwdParams& p, const BwdTile& tile, int num_sms, int64_t blocks) {
   const int64_t steps = (p.seqlen_q + tile.block_m - 1) / tile.block_m * p.group_size();
   const int64_t tail = blocks % num_sms;
@@ -51,6 +70,15 @@ BwdSplit split_last_wave(const BwdParams& p, const BwdTile& tile, int num_sms, i
   for (int64_t k = 2; k <= std::min(steps, max_parts(p, tile, tail)); ++k) {
     const int64_t cost = (tail * k + num_sms - 1) / num_sms * ((steps + k - 1) / k + kPartOverheadSteps);
     if (cost < best_cost) best_k = k, best_cost = cost;
+  }
+  const int64_t span = (tail * steps + num_sms - 1) / num_sms;
+  const int64_t spans = (tail * steps + span - 1) / span;
+  if (!p.deterministic && tail * steps <= INT_MAX && 2 * spans <= kMaxTailSegments &&
+      span_cost(tail, steps, span) < best_cost) {
+    BwdSplit s{static_cast<int>(blocks - tail), 1, static_cast<int>(tail)};
+    s.span = static_cast<int>(span);
+    s.block_steps = static_cast<int>(steps);
+    return s;
   }
   if (best_k == 1) return BwdSplit::whole(blocks);
   return {static_cast<int>(blocks - tail), static_cast<int>(best_k), static_cast<int>(tail)};
@@ -97,6 +125,24 @@ BwdChainSteps chain_steps(const BwdParams& p, int block_n, int block_m) {
   }
   c.steps *= p.heads_kv * p.batch;
   return c;
+}
+
+int tail_order(const BwdKernelParams& p, TailOrder& order) {
+  const int64_t all = int64_t{p.split_tail} * p.split_block_steps;
+  const int spans = static_cast<int>((all + p.split_span - 1) / p.split_span);
+  // Keys: length above, the entry below, so that one sort orders by length and then by position.
+  uint64_t keys[kMaxTailSegments];
+  int count = 0;
+  for (int j = 0; j < spans; ++j) {
+    for (int half = 0; half < 2; ++half) {
+      const BwdStepRange r = tail_segment(p, j, half).range;
+      if (r.end <= r.begin) break;  // a span within one block has no second segment
+      keys[count++] = uint64_t(r.end - r.begin) << 32 | uint64_t(kMaxTailSegments - 1 - (2 * j + half));
+    }
+  }
+  std::sort(keys, keys + count, std::greater<>());
+  for (int i = 0; i < count; ++i) order.segment[i] = static_cast<uint16_t>(kMaxTailSegments - 1 - (keys[i] & 0xffffffffu));
+  return count;
 }
 
 BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms) {
@@ -241,6 +287,8 @@ BwdKernelParams kernel_params(const BwdParams& p, int head_dim, int block_m, int
   k.split_first = w.split.first;
   k.split_tail = w.split.tail;
   k.split_parts = w.split.parts;
+  k.split_span = w.split.span;
+  k.split_block_steps = w.split.block_steps;
   k.tail_dkv = reinterpret_cast<float*>(ws + w.tail_dkv);
   k.tail_done = reinterpret_cast<int32_t*>(ws + w.tail_done);
   k.tail_zero_vec4 = static_cast<int64_t>((w.bytes - w.tail_dkv) / 16);

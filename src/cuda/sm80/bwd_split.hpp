@@ -4,19 +4,26 @@
 #pragma once
 
 #include "backend/params.hpp"
+#include "cuda/sm80/bwd_params.cuh"
 #include "cuda/sm80/bwd_tile.cuh"
 
 namespace flashattn::cuda::sm80 {
 
 // Blocks [0, first) run whole; blocks [first, first + tail) each run as `parts` parts (tail = 0 and
-// parts = 1 when nothing is split). first + tail is the grid's block count.
+// parts = 1 when nothing is split), or where span > 0, as spans of `span` of their steps laid end to
+// end, each block walking block_steps (bwd_params.cuh). first + tail is the grid's block count.
 struct BwdSplit {
   int first = 0, parts = 1, tail = 0;
+  int span = 0, block_steps = 0;
 
   static BwdSplit whole(int64_t blocks) { return {static_cast<int>(blocks), 1, 0}; }
 };
 
 BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms);
+
+// A span split's segments, longest first (bwd_params.cuh's TailOrder), into order.segment; returns
+// their count, the split kernel's grid.
+int tail_order(const BwdKernelParams& p, TailOrder& order);
 
 // Whether the grid runs key blocks outer (scheduler.cuh's bwd_block_index) on a GPU whose memory
 // moves memory_bandwidth bytes/s (0: unknown): under a mask with edges, where measured faster.

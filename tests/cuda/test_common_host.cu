@@ -535,6 +535,10 @@ TEST(CudaBackwardSplit, LastWaveInSpans) {
   EXPECT_EQ(s.tail, 2);
   EXPECT_EQ(s.span, 11);
   expect_spans_cover(s, 3);
+  // Whole blocks where spans cost more than no split (hdim 256 at 512: 68 blocks of 8 steps, spans of
+  // 5 plus two overheads).
+  s = split_for(bwd_shape(32, 512, 8, 8, false), bwd_tile(256, true), 132);
+  EXPECT_EQ(s.tail, 0);
   // Where equal parts fill the GPU as well, they stay (hdim 64 at 16k: 4 blocks as 32 parts of 4).
   s = split_for(bwd_shape(1, 16384, 32, 32, false), bwd_tile(64, true), 132);
   EXPECT_EQ(s.span, 0);

@@ -26,10 +26,9 @@ Status launch_bwd_tail(const BwdKernelParams& p, cudaStream_t stream, bool depen
   // The spans' order is worked out here, after the main kernel's launch: host time the GPU does not
   // wait for.
   TailOrder order{};
-  order.count = p.split_span > 0 ? tail_order(p, order) : p.split_tail * p.split_parts;
-  return launch_dependent("cuda sm80 backward", "split-tail kernel launch", kernel,
-                          dim3(static_cast<unsigned>(order.count)), dim3(kBwdThreads), kSmem, stream, dependent_of_main,
-                          griddep[ordered], p, order);
+  const int blocks = p.split_span > 0 ? tail_order(p, order) : p.split_tail * p.split_parts;
+  return launch_dependent("cuda sm80 backward", "split-tail kernel launch", kernel, dim3(static_cast<unsigned>(blocks)),
+                          dim3(kBwdThreads), kSmem, stream, dependent_of_main, griddep[ordered], p, order);
 }
 
 template <class Elem, int kHeadDim, bool kBigSmem>

@@ -134,11 +134,10 @@ FLASHATTN_HD TailSegment tail_segment(const BwdKernelParams& p, int j, int half)
 // longest first (bwd_plan.cu's tail_order): the hardware starts those blocks in index order on the
 // SMs as they free up, so the SMs whose first segments were short get the long second segments and
 // every SM ends near one span's length (list scheduling, longest first). A second kernel parameter
-// of the split kernel only; count: its grid.
+// of the split kernel only.
 constexpr int kMaxTailSegments = 512;  // two per span, one span per SM: up to 256 SMs
 struct TailOrder {
   uint16_t segment[kMaxTailSegments];
-  int count;
 };
 
 // First workspace row of sequence b (see the top of this file). q_offset = cu_seqlens_q[b] (varlen).

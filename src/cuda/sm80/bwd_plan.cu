@@ -75,7 +75,7 @@ BwdSplit split_last_wave(const BwdParams& p, const BwdTile& tile, int num_sms, i
   }
   const int64_t span = (tail * steps + num_sms - 1) / num_sms;
   const int64_t spans = (tail * steps + span - 1) / span;
-  if (!p.deterministic && tail * steps <= INT_MAX && 2 * spans <= kMaxTailSegments &&
+  if (tail * steps <= INT_MAX && 2 * spans <= kMaxTailSegments &&
       span_cost(tail, steps, span) < std::min(best_cost, steps)) {
     BwdSplit s{static_cast<int>(blocks - tail), 1, static_cast<int>(tail)};
     s.span = static_cast<int>(span);

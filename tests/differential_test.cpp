@@ -43,6 +43,11 @@ std::vector<Case> head_dim_cases() {
   // spans of 11.
   v.push_back(Case::padded(1, 1000, 4352, 1, 1, 256).with(DType::bf16).sample(48, 48));
   v.push_back(Case::padded(1, 1000, 1000, 1, 1, 128).with(DType::f16));
+  // The hdim-256 backward's cluster pairs (bwd_pair.cuh): 272 key blocks, on a real GPU 264 of them
+  // whole, in pairs, the last 8 in spans; the 4352-key case above pairs its first 66 for 3 SMs. And
+  // head dim 224 on that instance (the second CTA's half partly past hdim_qk), GQA 8/2: 32 blocks.
+  v.push_back(Case::padded(2, 300, 4352, 2, 2, 256).with(DType::bf16).sample(48, 48));
+  v.push_back(Case::padded(1, 200, 2048, 8, 2, 224).with(DType::f16));
   return v;
 }
 

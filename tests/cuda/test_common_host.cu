@@ -545,6 +545,53 @@ TEST(CudaBackwardSplit, LastWaveInSpans) {
   EXPECT_EQ(s.parts, 32);
 }
 
+// Where the sm80 backward's whole blocks run in cluster pairs that sum dQ over two key blocks
+// (bwd_plan.cu's pair_dq_applies, bwd_pair.cuh): the big hdim-256 tile on sm_90+, without a mask,
+// soft cap, varlen or deterministic mode, with an even number of key blocks per head and of whole
+// blocks.
+TEST(CudaBackwardSplit, PairedDq) {
+  using flashattn::cuda::sm80::bwd_tile;
+  using flashattn::cuda::sm80::pair_dq_applies;
+  using flashattn::cuda::sm80::split_for;
+  const auto d256 = bwd_tile(256, true);
+  ASSERT_TRUE(d256.pair_dq);
+  EXPECT_FALSE(bwd_tile(256, false).pair_dq);
+  EXPECT_FALSE(bwd_tile(128, true).pair_dq);
+  // hdim 256 at 4k: 2048 blocks, 1980 whole (even) and 68 in spans.
+  auto p = bwd_shape(4, 4096, 8, 8, false);
+  auto s = split_for(p, d256, 132);
+  EXPECT_TRUE(pair_dq_applies(p, d256, 9, s));
+  EXPECT_FALSE(pair_dq_applies(p, d256, 8, s));                 // no clusters before sm_90
+  EXPECT_FALSE(pair_dq_applies(p, bwd_tile(256, false), 9, s));  // the small-memory tile
+  EXPECT_FALSE(pair_dq_applies(p, d256, 9, split_for(p, d256, 131)));  // 2048 mod 131 = 83: 1965 whole
+  auto causal = bwd_shape(4, 4096, 8, 8, true);
+  EXPECT_FALSE(pair_dq_applies(causal, d256, 9, split_for(causal, d256, 132)));
+  auto det = p;
+  det.deterministic = true;
+  EXPECT_FALSE(pair_dq_applies(det, d256, 9, split_for(det, d256, 132)));
+  auto capped = p;
+  capped.options.softcap = 30.f;
+  EXPECT_FALSE(pair_dq_applies(capped, d256, 9, split_for(capped, d256, 132)));
+  // An odd number of key blocks per head (4097 keys: 65 blocks) never pairs.
+  auto odd = p;
+  odd.seqlen_k = 4097;
+  EXPECT_FALSE(pair_dq_applies(odd, d256, 9, split_for(odd, d256, 132)));
+  // diff_test's cases (differential_test.cpp): q 1000, k 4352, one head (68 blocks): all in spans on
+  // 132 SMs (nothing whole to pair), 66 whole on 3 (ctest's --sms=3); q 300, k 4352, 2 × 2 heads (272
+  // blocks): 264 whole on 132 SMs.
+  auto one = bwd_shape(1, 1000, 1, 1, false);
+  one.seqlen_k = 4352;
+  one.hdim_qk = one.hdim_v = 256;
+  EXPECT_FALSE(pair_dq_applies(one, d256, 9, split_for(one, d256, 132)));
+  EXPECT_TRUE(pair_dq_applies(one, d256, 9, split_for(one, d256, 3)));
+  auto four = bwd_shape(2, 300, 2, 2, false);
+  four.seqlen_k = 4352;
+  four.hdim_qk = four.hdim_v = 256;
+  s = split_for(four, d256, 132);
+  EXPECT_EQ(s.first, 264);
+  EXPECT_TRUE(pair_dq_applies(four, d256, 9, s));
+}
+
 // The sm80 backward's grid order (bwd_plan.cu's key_blocks_outer): key blocks outer under a mask,
 // except deterministic mode, the tiles without that order (hdim 256) and short MHA calls (through 2k
 // keys on the H100's memory, through 512 at hdim 64 on the H200's), where heads outer measured faster.

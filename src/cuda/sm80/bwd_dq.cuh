@@ -63,18 +63,18 @@ struct DqLane {
   }
 };
 
-// Adds a warp's dQ tile (C fragments) at dq_lane, the lane's first element; kAllColumns: every
-// column is below hdim_qk, else the n-tiles at or past cols_left are skipped.
-template <class Sh, bool kAllColumns>
-__device__ __forceinline__ void red_dq_tile(float* dq_lane, const float (&acc_dq)[Sh::kMtQ][Sh::kNtQ][4],
-                                            int cols_left) {
+// Adds a warp's dQ tile (kMt × kNt C fragments, inside one DqLayout warp tile) at dq_lane, the
+// lane's first element; kAllColumns: every column is below hdim_qk, else the n-tiles at or past
+// cols_left are skipped.
+template <class Sh, int kMt, int kNt, bool kAllColumns>
+__device__ __forceinline__ void red_dq_tile(float* dq_lane, const float (&acc_dq)[kMt][kNt][4], int cols_left) {
   constexpr DqLayout kDq = DqLane<Sh>::layout();
 #pragma unroll
-  for (int mi = 0; mi < Sh::kMtQ; ++mi) {
+  for (int mi = 0; mi < kMt; ++mi) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
 #pragma unroll
-      for (int ni = 0; ni < Sh::kNtQ; ++ni) {
+      for (int ni = 0; ni < kNt; ++ni) {
         if (!kAllColumns && 8 * ni >= cols_left) continue;
         const float* c = acc_dq[mi][ni];
         if constexpr (dq_red_width(Sh::kTile) == 4) {  // one red per C fragment (both halves)
@@ -87,19 +87,27 @@ __device__ __forceinline__ void red_dq_tile(float* dq_lane, const float (&acc_dq
   }
 }
 
-// Adds this step's dQ tile (the warp's dS·K, C fragments) into the workspace tile at row ws_row.
-// Columns at or past hdim_qk (a multiple of 8: whole n-tiles) are zero and not added.
+// Adds a warp's dQ tile (its dS·K, C fragments; columns col0 .. col0 + 8·kNt of the head dim) into the
+// workspace tile at row ws_row; lane_at: the DqLayout index of the lane's first element. Columns at or
+// past hdim_qk (a multiple of 8: whole n-tiles) are zero and not added.
+template <class Sh, int kMt, int kNt>
+__device__ __forceinline__ void add_dq_tile(const BwdKernelParams& p, const float (&acc_dq)[kMt][kNt][4],
+                                            int64_t ws_row, int lane_at, int col0) {
+  // This lane's first element; every other one is a compile-time offset from it.
+  float* dq_lane = opaque(p.dq_accum + ws_row * Sh::kD + lane_at);
+  const int cols_left = p.hdim_qk - col0;
+  if (cols_left >= 8 * kNt) {
+    red_dq_tile<Sh, kMt, kNt, true>(dq_lane, acc_dq, cols_left);  // the common case: no per-add branch
+  } else {
+    red_dq_tile<Sh, kMt, kNt, false>(dq_lane, acc_dq, cols_left);
+  }
+}
+
+// The unpaired kernel's: the warp's dQ tile of the block (bwd_shape.cuh).
 template <class Sh>
 __device__ __forceinline__ void add_dq(const BwdKernelParams& p, const float (&acc_dq)[Sh::kMtQ][Sh::kNtQ][4],
                                        int64_t ws_row, const DqLane<Sh>& dq, const BwdWarpTiles& w, int g, int t) {
-  // This lane's first element; every other one is a compile-time offset from it.
-  float* dq_lane = opaque(p.dq_accum + ws_row * Sh::kD + dq.at(w, g, t));
-  const int cols_left = p.hdim_qk - w.q_col0;
-  if (cols_left >= Sh::kTdQ) {
-    red_dq_tile<Sh, true>(dq_lane, acc_dq, cols_left);  // the common case: no per-add branch
-  } else {
-    red_dq_tile<Sh, false>(dq_lane, acc_dq, cols_left);
-  }
+  add_dq_tile<Sh, Sh::kMtQ, Sh::kNtQ>(p, acc_dq, ws_row, dq.at(w, g, t), w.q_col0);
 }
 
 // dQ += dS·K for this step: the warp's dQ tile (acc_dq, zero on entry) from dS and K in shared

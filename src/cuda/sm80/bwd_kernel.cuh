@@ -45,6 +45,7 @@
 #include "cuda/sm80/bwd_epilogue.cuh"
 #include "cuda/sm80/bwd_gemm.cuh"
 #include "cuda/sm80/bwd_loads.cuh"
+#include "cuda/sm80/bwd_pair.cuh"
 #include "cuda/sm80/bwd_params.cuh"
 #include "cuda/sm80/bwd_shape.cuh"
 #include "cuda/sm80/bwd_step.cuh"
@@ -83,8 +84,9 @@ struct TailPart {
 // part.segment().grid_block. bwd_main_kernel runs whole blocks; bwd_tail_kernel the split tail's
 // parts and segments. kSlopeVaries:
 // score_slope_varies(p.scores) (common/scores.cuh): acc_s keeps the scores, and dS recomputes P and
-// takes the slope from them.
-template <class Elem, int kHeadDim, bool kBigSmem, bool kSlopeVaries, bool kOrderedSums, class Part>
+// takes the slope from them. kPair: this block is one of a cluster pair that sums dQ over both key
+// blocks before adding it (bwd_pair.cuh; whole blocks only).
+template <class Elem, int kHeadDim, bool kBigSmem, bool kSlopeVaries, bool kOrderedSums, bool kPair, class Part>
 __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const Part& part) {
   using Sh = BwdShape<kHeadDim, kBigSmem>;
   using TileQ = typename Sh::TileQ;
@@ -129,6 +131,9 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const P
   const BwdStepOrder<kBM> order{p, b, seq, ws_row0, m_start, m_stop};
   const BwdLoads<Sh> load{p, seq, s_base, tid};
   const DqLane<Sh> dq{DqLane<Sh>::index(w, lane / 4, lane % 4)};
+
+  const PairDq<Sh> pair{s_base};
+  if constexpr (kPair) pair.setup(p, seq, b, h_kv, n_block, tid);  // before K and V: same commit group
 
   if (steps > 0) {
     load.kv(b, h_kv, n0);
@@ -213,15 +218,25 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const P
       accumulate_dv<Elem, Sh>(acc_dv, s_p, s_do, w, lane);
       load.next_dout_after_dv(order, step, has_next);
 
-      // ---- dQ += dS·K, into the fp32 workspace (acc_dq declared here: inside, the PTX changed) ----
-      {
-        float acc_dq[Sh::kMtQ][Sh::kNtQ][4] = {};
-        accumulate_dq<Elem, Sh>(acc_dq, p, s_ds, s_k, step.ws_row, dq, w, lane);
-      }
+      if constexpr (kPair) {
+        // ---- paired (bwd_pair.cuh): dK first, while the partner finishes its dV; then dS swapped
+        // and dQ of both key blocks for this CTA's half of the head dim ---------------------------
+        pair.p_free();
+        accumulate_dk<Elem, Sh>(acc_dk, s_ds, s_q, w, lane);
+        load.next_q_after_dk(order, step, has_next);
+        pair.send_ds(smem, tid);
+        pair.template accumulate_dq<Elem>(p, step.ws_row, it, warp, lane);
+      } else {
+        // ---- dQ += dS·K, into the fp32 workspace (acc_dq declared here: inside, the PTX changed) --
+        {
+          float acc_dq[Sh::kMtQ][Sh::kNtQ][4] = {};
+          accumulate_dq<Elem, Sh>(acc_dq, p, s_ds, s_k, step.ws_row, dq, w, lane);
+        }
 
-      // ---- dK += dSᵀ·Q --------------------------------------------------------------------------
-      accumulate_dk<Elem, Sh>(acc_dk, s_ds, s_q, w, lane);
-      load.next_q_after_dk(order, step, has_next);
+        // ---- dK += dSᵀ·Q ------------------------------------------------------------------------
+        accumulate_dk<Elem, Sh>(acc_dk, s_ds, s_q, w, lane);
+        load.next_q_after_dk(order, step, has_next);
+      }
       if (has_next) step = order.after(step);  // recomputed rather than kept from the loads above: fewer live registers
     }
     if (p.deterministic) {
@@ -230,18 +245,28 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const P
     }
   }
 
+  if constexpr (kPair) pair.leave_arrive();
   const TailSegment segment = part.segment(true);
   bwd_epilogue<Elem, Sh, kOrderedSums>(p, ix, seq, n0, acc_dk, acc_dv, w, smem, segment.grid_block, segment.range.parts,
                                        lane, tid);
+  if constexpr (kPair) pair.leave_wait();
 }
 
 // Whole key blocks: grid block blockIdx.x (with a split tail, the grid is the first split_first).
-template <class Elem, int kHeadDim, bool kBigSmem, bool kSlopeVaries>
+// kPair: launched in clusters of two (bwd_pair.cuh); compiled for sm_90+ only (the host launches it
+// only where the kernel's PTX is).
+template <class Elem, int kHeadDim, bool kBigSmem, bool kSlopeVaries, bool kPair = false>
 __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_constant__ BwdKernelParams p) {
   // The split tail's parts (bwd_tail_kernel, launched next as a programmatic dependent) may take
   // each SM as soon as this grid's block there finishes, as if they were this grid's own last wave.
   ptx::griddep_launch_dependents();
-  bwd_block_part<Elem, kHeadDim, kBigSmem, kSlopeVaries, false>(p, WholeBlock{static_cast<int>(blockIdx.x)});
+  if constexpr (!kPair) {
+    bwd_block_part<Elem, kHeadDim, kBigSmem, kSlopeVaries, false, false>(p, WholeBlock{static_cast<int>(blockIdx.x)});
+  } else {
+#if FLASHATTN_PTX_SM90
+    bwd_block_part<Elem, kHeadDim, kBigSmem, kSlopeVaries, false, true>(p, WholeBlock{static_cast<int>(blockIdx.x)});
+#endif
+  }
 }
 
 // The split tail (bwd_params.cuh): block j is part j mod split_parts of grid block split_first +
@@ -256,7 +281,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_main_kernel(const __grid_c
 template <class Elem, int kHeadDim, bool kBigSmem, bool kOrderedSums>
 __global__ void __launch_bounds__(kBwdThreads, 1)
     bwd_tail_kernel(const __grid_constant__ BwdKernelParams p, const __grid_constant__ TailOrder order) {
-  bwd_block_part<Elem, kHeadDim, kBigSmem, false, kOrderedSums>(p, TailPart<!kOrderedSums>{p, order});
+  bwd_block_part<Elem, kHeadDim, kBigSmem, false, kOrderedSums, false>(p, TailPart<!kOrderedSums>{p, order});
   // Complete only after the main kernel has (it may still run when this grid starts): the stream's
   // next work (the postprocess reads dQ) then sees both grids' writes.
   ptx::griddep_wait();

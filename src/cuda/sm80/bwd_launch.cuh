@@ -31,6 +31,43 @@ Status launch_bwd_tail(const BwdKernelParams& p, cudaStream_t stream, bool depen
                           dim3(kBwdThreads), kSmem, stream, dependent_of_main, griddep[ordered], p, order);
 }
 
+// The paired main kernel (bwd_pair.cuh) in clusters of two CTAs over the first split_first blocks.
+// Returns false (nothing launched) where this device runs a build of it without the sm_90 PTX:
+// the unpaired kernel then runs the call, with the same workspace.
+template <class Elem, int kHeadDim, bool kBigSmem>
+Status launch_bwd_pair(const BwdKernelParams& p, cudaStream_t stream, bool* launched) {
+  constexpr int kSmem = BwdShape<kHeadDim, kBigSmem>::kSmemBytes;
+  const auto kernel = bwd_main_kernel<Elem, kHeadDim, kBigSmem, false, true>;
+  static DeviceFlags asked, has_sm90;
+  const int dev = current_device();
+  if (!asked.test(dev)) {
+    cudaFuncAttributes attr{};
+    const cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
+    if (e != cudaSuccess) return bwd_cuda_status(e, "querying the paired kernel's PTX version");
+    if (attr.ptxVersion >= 90) has_sm90.set(dev);
+    asked.set(dev);
+  }
+  *launched = false;
+  if (!has_sm90.test(dev)) return Status::success();
+  static DeviceFlags opted_in;
+  Status s = opt_in_dynamic_smem("cuda sm80 backward", kernel, kSmem, opted_in);
+  if (!s.ok()) return s;
+  cudaLaunchAttribute attribute[1] = {};
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = 2;
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(p.split_first));
+  config.blockDim = dim3(kBwdThreads);
+  config.dynamicSmemBytes = kSmem;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  *launched = true;
+  return bwd_cuda_status(cudaLaunchKernelEx(&config, kernel, p), "paired main kernel launch");
+}
+
 template <class Elem, int kHeadDim, bool kBigSmem>
 Status launch_bwd_main_tile(const BwdKernelParams& p, cudaStream_t stream) {
   constexpr int kSmem = BwdShape<kHeadDim, kBigSmem>::kSmemBytes;
@@ -38,7 +75,14 @@ Status launch_bwd_main_tile(const BwdKernelParams& p, cudaStream_t stream) {
   const auto kernel = slope_varies ? bwd_main_kernel<Elem, kHeadDim, kBigSmem, true>
                                    : bwd_main_kernel<Elem, kHeadDim, kBigSmem, false>;
   static DeviceFlags opted_in[2];  // [slope_varies]
-  if (p.split_first > 0) {         // whole blocks (all of them unless split; bwd_params.cuh)
+  bool launched = false;
+  if constexpr (bwd_tile(kHeadDim, kBigSmem).pair_dq) {  // the plan pairs only such tiles
+    if (p.pair_dq && p.split_first > 0) {
+      Status s = launch_bwd_pair<Elem, kHeadDim, kBigSmem>(p, stream, &launched);
+      if (!s.ok()) return s;
+    }
+  }
+  if (p.split_first > 0 && !launched) {  // whole blocks (all of them unless split; bwd_params.cuh)
     Status s = opt_in_dynamic_smem("cuda sm80 backward", kernel, kSmem, opted_in[slope_varies]);
     if (!s.ok()) return s;
     kernel<<<static_cast<unsigned>(p.split_first), kBwdThreads, kSmem, stream>>>(p);

@@ -97,6 +97,9 @@ struct BwdKernelParams {
   // The split's other cut (see the top of this file): > 0, steps per thread block of the split
   // kernel, whose blocks walk split_block_steps steps each.
   int split_span = 0, split_block_steps = 0;
+  // The first split_first blocks run in cluster pairs that sum dQ over two key blocks (bwd_pair.cuh;
+  // the plan's pair_dq_applies).
+  bool pair_dq = false;
 };
 
 // Which of a key block's loop steps a thread block runs: part `part` of `parts` equal ranges of

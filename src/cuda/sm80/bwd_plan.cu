@@ -304,10 +304,23 @@ struct BwdPlanDetail {
   int head_dim;
   bool big_smem;
   bool key_blocks_outer;
+  bool pair_dq;
   WorkspaceLayout workspace;
 };
 
 }  // namespace
+
+bool pair_dq_applies(const BwdParams& p, const BwdTile& tile, int cc_major, const BwdSplit& split) {
+  if (!tile.pair_dq || cc_major < 9 || p.deterministic || p.is_varlen() || score_slope_varies(p.options) ||
+      mask_of(p.options).has_mask()) {
+    return false;
+  }
+  // Pairs are grid blocks 2i and 2i + 1: key blocks 2c and 2c + 1 of one head when a head has an
+  // even number of key blocks (scheduler.cuh's bwd_block_index, heads outer); the split tail runs
+  // unpaired after the first split_first blocks, so that count must be even too.
+  const int64_t num_n = (p.seqlen_k + tile.block_n - 1) / tile.block_n;
+  return num_n % 2 == 0 && split.first > 0 && split.first % 2 == 0;
+}
 
 Status plan_backward(const BwdParams& p, Plan* plan) {
   if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
@@ -352,8 +365,13 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
   const bool big_smem = use_big_tile(dev, head_dim);
   const int i = dtype_index(p.dtype);
   FLASHATTN_TRY(inst->bwd_check[i](big_smem));
-  const BwdPlanDetail d{inst->bwd_run[i], head_dim, big_smem, key_blocks_outer(p, tile, dev.memory_bandwidth),
-                        workspace_layout(p, head_dim, tile.block_m, tile.block_n, split_for(p, tile, dev.num_sms))};
+  const BwdSplit split = split_for(p, tile, dev.num_sms);
+  const BwdPlanDetail d{inst->bwd_run[i],
+                        head_dim,
+                        big_smem,
+                        key_blocks_outer(p, tile, dev.memory_bandwidth),
+                        pair_dq_applies(p, bwd_tile(head_dim, big_smem), dev.cc_major, split),
+                        workspace_layout(p, head_dim, tile.block_m, tile.block_n, split)};
   plan->workspace_bytes = d.workspace.bytes;
   plan->workspace_alignment = 16;  // the kernels' vector loads and stores of the fp32 sums
   plan->set(d);
@@ -375,6 +393,7 @@ Status run_backward(const Plan& plan, const BwdParams& p) {
   const BwdTile tile = bwd_tile(d.head_dim, false);
   BwdKernelParams k = kernel_params(p, d.head_dim, tile.block_m, tile.block_n, w);
   k.key_blocks_outer = d.key_blocks_outer;
+  k.pair_dq = d.pair_dq;
   cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   FLASHATTN_TRY(launch_bwd_preprocess(k, p.dtype, stream));
   FLASHATTN_TRY(gradients_into(p, &k));

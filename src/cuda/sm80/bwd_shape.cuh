@@ -29,6 +29,11 @@ struct BwdShape {
   static constexpr int kWmQ = kTile.warps_m_dq, kWdQ = kBwdWarps / kWmQ;
   static constexpr int kTmQ = kBM / kWmQ, kTdQ = kD / kWdQ;
   static constexpr int kMtQ = kTmQ / 16, kNtQ = kTdQ / 8;
+  // Paired (kTile.pair_dq): a CTA adds dQ for kD / 2 columns; each dQ warp tile above is cut into two
+  // column halves, one per warp: warp (wm, wd, half) = (warp % kWmQ, warp / kWmQ % (kWdQ / 2), warp /
+  // (kBwdWarps / 2)) owns rows wm·kTmQ .., columns (kWdQ / 2 · rank + wd)·kTdQ + half·kTdQ / 2 ..
+  static constexpr int kTdQPair = kTdQ / 2, kNtQPair = kTdQPair / 8;
+  using TileKHalf = SmemTile<kBN, kD / 2>;  // the other key block's K, this CTA's half of the columns
 
   static_assert(kTile.head_dim == kHeadDim, "no tile for this head dim");
   static_assert(kBM % kWmS == 0 && kBN % kWnS == 0 && kTmS % 16 == 0 && kTnS % 16 == 0, "S warp tile");
@@ -46,7 +51,9 @@ struct BwdShape {
   static constexpr int kOffDs = kOffP + TileP::kBytes;
   static constexpr int kOffLse = kOffDs + TileP::kBytes;
   static constexpr int kOffDsum = kOffLse + kStages * kRowBytes;
-  static constexpr int kSmemBytes = kOffDsum + kStages * kRowBytes;
+  static constexpr int kOffKPair = kOffDsum + kStages * kRowBytes;
+  static constexpr int kOffPairBar = kOffKPair + (kTile.pair_dq ? TileKHalf::kBytes : 0);
+  static constexpr int kSmemBytes = kOffPairBar + (kTile.pair_dq ? 16 : 0);
   static_assert(kSmemBytes == kTile.smem_bytes(), "bwd_tile's smem_bytes and the carve-up disagree");
 };
 

@@ -49,14 +49,26 @@ struct BwdTile {
   // (untimed: ptxas sm_90a spilled 68 B with the decode compiled in).
   bool longest_first = false;
 
+  // dQ summed over a pair of key blocks before its reds (bwd_pair.cuh): the two blocks of one head
+  // (key blocks 2c and 2c + 1) run as a cluster of two CTAs (sm_90+) that walk the same query
+  // tiles; each sends its dS tile into the other's P buffer and adds dS·K of both blocks for one half
+  // of the head dim, so the fp32 reds into L2 are halved. Costs a second K half in shared memory
+  // (block_n × head_dim / 2). Used where the plan allows it (bwd_plan.cu's pair_dq_applies); the
+  // split tail and every other call run the unpaired body. Measured at hdim 256 on the H100
+  // (docs/kernels-sm80-backward.md, "dQ summed over a pair"): half the reds alone +9–12 %.
+  bool pair_dq = false;
+
   // Shared memory: K, V (block_n × d), Q and dO (stages × block_m × d), P and dS (block_m ×
   // block_n), all 16-bit; LSE·log2e and D = rowsum(dO∘O) (stages × block_m fp32 each).
   FLASHATTN_HD constexpr int smem_k_bytes() const { return block_n * head_dim * 2; }
   FLASHATTN_HD constexpr int smem_q_bytes() const { return block_m * head_dim * 2; }
   FLASHATTN_HD constexpr int smem_p_bytes() const { return block_m * block_n * 2; }
   FLASHATTN_HD constexpr int smem_row_bytes() const { return block_m * 4; }
+  // The pair's K half of the other key block and its mbarrier (8 bytes, 16 kept aligned).
+  FLASHATTN_HD constexpr int smem_pair_bytes() const { return pair_dq ? smem_k_bytes() / 2 + 16 : 0; }
   FLASHATTN_HD constexpr int smem_bytes() const {
-    return 2 * smem_k_bytes() + 2 * stages * smem_q_bytes() + 2 * smem_p_bytes() + 2 * stages * smem_row_bytes();
+    return 2 * smem_k_bytes() + 2 * stages * smem_q_bytes() + 2 * smem_p_bytes() + 2 * stages * smem_row_bytes() +
+           smem_pair_bytes();
   }
 };
 
@@ -76,7 +88,7 @@ FLASHATTN_HD constexpr BwdTile bwd_tile(int head_dim, bool big_smem) {
   if (head_dim == 128) return BwdTile{128, 64, 128, 2, 4, 2, 2, true, false, true, true};
   if (head_dim == 192) return BwdTile{192, 64, 64, 4, 2, 2, 2, false, false, true, false};
   if (head_dim == 256) {
-    return big_smem ? BwdTile{256, 64, 64, 4, 2, 2, 2, false, true, true, false}
+    return big_smem ? BwdTile{256, 64, 64, 4, 2, 2, 2, false, true, true, false, true}
                     : BwdTile{256, 64, 64, 4, 2, 2, 1, false, true, true, false};
   }
   return BwdTile{};

@@ -4,7 +4,7 @@
 // head run as a cluster of two CTAs (rank r = the block's parity) that walk the same query tiles in
 // the same order. Per step, after dS is in shared memory:
 //
-//   dV += Pᵀ·dO; then this CTA's P buffer is free: arrive (relaxed) at the cluster barrier
+//   dV += Pᵀ·dO; then this CTA's P buffer is free: arrive (release) at the cluster barrier
 //   dK += dSᵀ·Q                                   (hides the partner's arrival)
 //   wait at the cluster barrier; send dS into the partner's P buffer (st.async, completing the
 //       partner's mbarrier: 8 KB at hdim 256)
@@ -64,8 +64,9 @@ struct PairDq {
     ptx::cluster_wait();
   }
 
-  // After dV: this CTA's P buffer may take the partner's dS.
-  __device__ __forceinline__ void p_free() const { ptx::cluster_arrive_relaxed(); }
+  // After dV: this CTA's P buffer may take the partner's dS. Release: the partner's writes into it
+  // then come after dV's reads of it (a relaxed arrival could pass a read still in flight).
+  __device__ __forceinline__ void p_free() const { ptx::cluster_arrive(); }
 
   // Once the partner's P buffer is free: this CTA's dS tile into it (16 bytes per thread and
   // chunk), and this CTA's own mbarrier told to expect the partner's.

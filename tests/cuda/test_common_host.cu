@@ -546,9 +546,8 @@ TEST(CudaBackwardSplit, LastWaveInSpans) {
 }
 
 // Where the sm80 backward's whole blocks run in cluster pairs that sum dQ over two key blocks
-// (bwd_plan.cu's pair_dq_applies, bwd_pair.cuh): the big hdim-256 tile on sm_90+, without a mask,
-// soft cap, varlen or deterministic mode, with an even number of key blocks per head and of whole
-// blocks.
+// (bwd_plan.cu's pair_dq_applies, bwd_pair.cuh): the big hdim-256 tile on sm_90+, without soft cap,
+// varlen or deterministic mode, with an even number of key blocks per head and of whole blocks.
 TEST(CudaBackwardSplit, PairedDq) {
   using flashattn::cuda::sm80::bwd_tile;
   using flashattn::cuda::sm80::pair_dq_applies;
@@ -564,8 +563,14 @@ TEST(CudaBackwardSplit, PairedDq) {
   EXPECT_FALSE(pair_dq_applies(p, d256, 8, s));                 // no clusters before sm_90
   EXPECT_FALSE(pair_dq_applies(p, bwd_tile(256, false), 9, s));  // the small-memory tile
   EXPECT_FALSE(pair_dq_applies(p, d256, 9, split_for(p, d256, 131)));  // 2048 mod 131 = 83: 1965 whole
-  auto causal = bwd_shape(4, 4096, 8, 8, true);
-  EXPECT_FALSE(pair_dq_applies(causal, d256, 9, split_for(causal, d256, 132)));
+  auto causal = bwd_shape(4, 4096, 8, 8, true);  // pairs walk both blocks' query tiles
+  EXPECT_TRUE(pair_dq_applies(causal, d256, 9, split_for(causal, d256, 132)));
+  auto mqa = bwd_shape(1, 8192, 32, 1, true);  // every block in parts (split_long_blocks): none whole
+  mqa.hdim_qk = mqa.hdim_v = 256;
+  EXPECT_FALSE(pair_dq_applies(mqa, d256, 9, split_for(mqa, d256, 132)));
+  auto masked = bwd_shape(1, 1024, 16, 16, true);  // diff_test's causal pair case: 256 whole blocks
+  masked.hdim_qk = masked.hdim_v = 256;
+  EXPECT_TRUE(pair_dq_applies(masked, d256, 9, split_for(masked, d256, 132)));
   auto det = p;
   det.deterministic = true;
   EXPECT_FALSE(pair_dq_applies(det, d256, 9, split_for(det, d256, 132)));

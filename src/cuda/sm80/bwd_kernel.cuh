@@ -105,8 +105,9 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const P
   if (n0 >= seq.seqlen_k) return;
 
   const Mask mask{seq.seqlen_q, seq.seqlen_k, p.window_left, p.window_right};
-  const int m_begin = mask.m_block_begin(n0, kBM);
-  const int num_m = imax(0, mask.m_block_end(n0, kBN, kBM) - m_begin);
+  // Paired, both key blocks walk the query tiles either of them sees (bwd_pair.cuh).
+  const int m_begin = kPair ? PairDq<Sh>::m_begin(mask, n_block) : mask.m_block_begin(n0, kBM);
+  const int num_m = imax(0, (kPair ? PairDq<Sh>::m_end(mask, n_block) : mask.m_block_end(n0, kBN, kBM)) - m_begin);
   // This block's (query head, query block) pairs, query blocks fastest: pairs [first_step,
   // first_step + steps) of the key block's num_m · group (all of them unless split; in
   // bwd_main_kernel the range is a constant and this folds to 0 and num_m · group).

@@ -2,7 +2,8 @@
 // its dS·K into the fp32 workspace with red.global.add, and those additions in L2 cost the hdim-256
 // backward ~20 % of its time (docs/kernels-sm80-backward.md). Here key blocks 2c and 2c + 1 of one
 // head run as a cluster of two CTAs (rank r = the block's parity) that walk the same query tiles in
-// the same order. Per step, after dS is in shared memory:
+// the same order (under a mask, those either block sees: the score hook masks the other's extra
+// tiles whole, so they add nothing). Per step, after dS is in shared memory:
 //
 //   dV += Pᵀ·dO; then this CTA's P buffer is free: arrive (release) at the cluster barrier
 //   dK += dSᵀ·Q                                   (hides the partner's arrival)
@@ -22,6 +23,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/mask.cuh"
 #include "cuda/common/seqlen.cuh"
 #include "cuda/ptx/cluster.cuh"
 #include "cuda/ptx/mbarrier.cuh"
@@ -45,6 +47,16 @@ struct PairDq {
   __device__ __forceinline__ static uint32_t rank() { return ptx::cluster_ctarank(); }
   // This CTA's mbarrier: the partner's dS of the current step has landed.
   __device__ __forceinline__ uint32_t bar() const { return s_base + Sh::kOffPairBar; }
+
+  // The query tiles the pair walks: those either key block sees (under a mask the other block's
+  // extra tiles are all masked for this one: P = 0 and dS = 0 there, nothing added).
+  __device__ __forceinline__ static int m_begin(const Mask& mask, int n_block) {
+    return imin(mask.m_block_begin(n_block * Sh::kBN, Sh::kBM), mask.m_block_begin((n_block ^ 1) * Sh::kBN, Sh::kBM));
+  }
+  __device__ __forceinline__ static int m_end(const Mask& mask, int n_block) {
+    return imax(mask.m_block_end(n_block * Sh::kBN, Sh::kBN, Sh::kBM),
+                mask.m_block_end((n_block ^ 1) * Sh::kBN, Sh::kBN, Sh::kBM));
+  }
 
   // Before the loop (every thread of both CTAs): the mbarrier, and the partner's K rows, this CTA's
   // half of the columns, into the cp.async group of K and V (committed by the caller).

@@ -311,8 +311,7 @@ struct BwdPlanDetail {
 }  // namespace
 
 bool pair_dq_applies(const BwdParams& p, const BwdTile& tile, int cc_major, const BwdSplit& split) {
-  if (!tile.pair_dq || cc_major < 9 || p.deterministic || p.is_varlen() || score_slope_varies(p.options) ||
-      mask_of(p.options).has_mask()) {
+  if (!tile.pair_dq || cc_major < 9 || p.deterministic || p.is_varlen() || score_slope_varies(p.options)) {
     return false;
   }
   // Pairs are grid blocks 2i and 2i + 1: key blocks 2c and 2c + 1 of one head when a head has an

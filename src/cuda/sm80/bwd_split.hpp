@@ -26,9 +26,9 @@ BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms);
 int tail_order(const BwdKernelParams& p, TailOrder& order);
 
 // Whether the first split.first blocks run in cluster pairs that sum dQ over two key blocks
-// (BwdTile::pair_dq, bwd_pair.cuh): tiles that have it, on sm_90+, without a mask, soft cap,
-// varlen or deterministic mode, where the pairs line up (an even number of key blocks per head and
-// of whole blocks).
+// (BwdTile::pair_dq, bwd_pair.cuh): tiles that have it, on sm_90+, without soft cap, varlen or
+// deterministic mode, where the pairs line up (an even number of key blocks per head and of whole
+// blocks).
 bool pair_dq_applies(const BwdParams& p, const BwdTile& tile, int cc_major, const BwdSplit& split);
 
 // Whether the grid runs key blocks outer (scheduler.cuh's bwd_block_index) on a GPU whose memory

@@ -222,7 +222,7 @@ __device__ __forceinline__ void bwd_block_part(const BwdKernelParams& p, const P
       if constexpr (kPair) {
         // ---- paired (bwd_pair.cuh): dK first, while the partner finishes its dV; then dS swapped
         // and dQ of both key blocks for this CTA's half of the head dim ---------------------------
-        pair.p_free();
+        pair.p_free(acc_dv);
         accumulate_dk<Elem, Sh>(acc_dk, s_ds, s_q, w, lane);
         load.next_q_after_dk(order, step, has_next);
         pair.send_ds(smem, tid);

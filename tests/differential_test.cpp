@@ -48,8 +48,10 @@ std::vector<Case> head_dim_cases() {
   // head dim 224 on that instance (the second CTA's half partly past hdim_qk), GQA 8/2: 32 blocks.
   v.push_back(Case::padded(2, 300, 4352, 2, 2, 256).with(DType::bf16).sample(48, 48));
   v.push_back(Case::padded(1, 200, 2048, 8, 2, 224).with(DType::f16));
-  // Pairs under a mask (each block also walks its partner's query tiles, masked whole for it):
-  // causal and a window, 256 key blocks, whole on a real GPU.
+  // Pairs under a mask (each block also walks its partner's query tiles, masked whole for it): causal,
+  // 256 key blocks of up to 32 query tiles, whole on a real GPU. Unpaired (blocks of 16 tiles or
+  // fewer): causal at 1k and a window.
+  v.push_back(Case::padded(1, 2048, 2048, 8, 8, 256).with(DType::bf16).causal_mask().sample(48, 48));
   v.push_back(Case::padded(1, 1024, 1024, 16, 16, 256).with(DType::bf16).causal_mask().sample(48, 48));
   v.push_back(Case::padded(1, 1024, 1024, 16, 16, 256).with(DType::f16).window(150, 40).sample(48, 48));
   return v;

@@ -568,9 +568,11 @@ TEST(CudaBackwardSplit, PairedDq) {
   auto mqa = bwd_shape(1, 8192, 32, 1, true);  // every block in parts (split_long_blocks): none whole
   mqa.hdim_qk = mqa.hdim_v = 256;
   EXPECT_FALSE(pair_dq_applies(mqa, d256, 9, split_for(mqa, d256, 132)));
-  auto masked = bwd_shape(1, 1024, 16, 16, true);  // diff_test's causal pair case: 256 whole blocks
+  auto masked = bwd_shape(1, 2048, 8, 8, true);  // diff_test's causal pair case: 256 whole blocks
   masked.hdim_qk = masked.hdim_v = 256;
   EXPECT_TRUE(pair_dq_applies(masked, d256, 9, split_for(masked, d256, 132)));
+  auto short_masked = bwd_shape(16, 1024, 8, 8, true);  // 16 query tiles at most: the extra step costs more
+  EXPECT_FALSE(pair_dq_applies(short_masked, d256, 9, split_for(short_masked, d256, 132)));
   auto det = p;
   det.deterministic = true;
   EXPECT_FALSE(pair_dq_applies(det, d256, 9, split_for(det, d256, 132)));

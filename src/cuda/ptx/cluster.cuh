@@ -2,8 +2,7 @@
 // peer CTA's shared memory, and asynchronous stores into it that complete the peer's mbarrier.
 //
 // Contract:
-//   cluster_ctarank() / cluster_nctarank(): this CTA's rank in its cluster and the cluster's CTA
-//       count (1 for a launch without clusters).
+//   cluster_ctarank(): this CTA's rank in its cluster (0 for a launch without clusters).
 //   cluster_arrive_relaxed(): this thread's arrival at the cluster barrier, without memory
 //       ordering: use it where the peers only need to know that this CTA has passed a point (e.g.
 //       its reads of a buffer a peer will overwrite are done: the values are in registers).
@@ -34,17 +33,6 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
 #else
   FLASHATTN_PTX_UNSUPPORTED("clusters need sm_90");
   return 0;
-#endif
-}
-
-__device__ __forceinline__ uint32_t cluster_nctarank() {
-#if FLASHATTN_PTX_SM90
-  uint32_t count;
-  asm("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(count));
-  return count;
-#else
-  FLASHATTN_PTX_UNSUPPORTED("clusters need sm_90");
-  return 1;
 #endif
 }
 

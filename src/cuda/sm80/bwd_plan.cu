@@ -42,14 +42,24 @@ int64_t max_parts(const BwdParams& p, const BwdTile& tile, int64_t tail) {
   return std::min(kMaxParts, kMaxOrderedSums / (tail * slot));
 }
 
-// The longest an SM works on a span split of `tail` blocks of `steps` steps (bwd_params.cuh): a span
-// of ceil(tail·steps / P) steps, plus the overhead of each segment (a span of a block or two).
+// The longest an SM works on a span split of `tail` blocks of `steps` steps each cut into spans of
+// `span` (bwd_params.cuh's tail_segment, which the kernel runs): a span's steps plus the overhead of
+// each of its segments (one or two). tail · steps fits an int (the caller checks).
 int64_t span_cost(int64_t tail, int64_t steps, int64_t span) {
-  const int64_t all = tail * steps;
+  BwdKernelParams k;  // tail_segment reads only the split's fields
+  k.split_tail = static_cast<int>(tail);
+  k.split_block_steps = static_cast<int>(steps);
+  k.split_span = static_cast<int>(span);
+  const int spans = static_cast<int>((tail * steps + span - 1) / span);
   int64_t cost = 0;
-  for (int64_t at = 0; at < all; at += span) {
-    const int64_t stop = std::min(at + span, all), segments = (stop - 1) / steps - at / steps + 1;
-    cost = std::max(cost, stop - at + segments * kPartOverheadSteps);
+  for (int j = 0; j < spans; ++j) {
+    int64_t span_cost = 0;
+    for (int half = 0; half < 2; ++half) {
+      const BwdStepRange r = tail_segment(k, j, half).range;
+      if (r.end <= r.begin) break;  // a span within one block has no second segment
+      span_cost += r.end - r.begin + kPartOverheadSteps;
+    }
+    cost = std::max(cost, span_cost);
   }
   return cost;
 }

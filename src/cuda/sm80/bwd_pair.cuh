@@ -77,7 +77,7 @@ struct PairDq {
   }
 
   // After dV (acc_dv its products): this CTA's P buffer may take the partner's dS. The arrival is
-  // relaxed (a release arrival costs every warp a MEMBAR.GPU behind the last step's reds: 13 %
+  // relaxed (a release arrival costs every warp a MEMBAR.GPU behind the last step's reds: 8–12 %
   // slower, measured) and made to wait for the products instead: it issues after a branch on one
   // element of every accumulator tile, which needs the last mma of each, and an mma issues only
   // once its operands (P, read by ldmatrix) are in registers. So no read of the buffer is in flight

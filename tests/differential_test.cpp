@@ -45,9 +45,10 @@ std::vector<Case> head_dim_cases() {
   v.push_back(Case::padded(1, 1000, 1000, 1, 1, 128).with(DType::f16));
   // The hdim-256 backward's cluster pairs (bwd_pair.cuh): 272 key blocks, on a real GPU 264 of them
   // whole, in pairs, the last 8 in spans; the 4352-key case above pairs its first 66 for 3 SMs. And
-  // head dim 224 on that instance (the second CTA's half partly past hdim_qk), GQA 8/2: 32 blocks.
+  // head dim 224 on that instance (the second CTA's half partly past hdim_qk), GQA 16/8: 256 blocks,
+  // all whole.
   v.push_back(Case::padded(2, 300, 4352, 2, 2, 256).with(DType::bf16).sample(48, 48));
-  v.push_back(Case::padded(1, 200, 2048, 8, 2, 224).with(DType::f16));
+  v.push_back(Case::padded(1, 128, 2048, 16, 8, 224).with(DType::f16));
   // Pairs under a mask (each block also walks its partner's query tiles, masked whole for it): causal,
   // 256 key blocks of up to 32 query tiles, whole on a real GPU. Unpaired (blocks of 16 tiles or
   // fewer): causal at 1k and a window.

@@ -571,6 +571,13 @@ TEST(CudaBackwardSplit, PairedDq) {
   auto masked = bwd_shape(1, 2048, 8, 8, true);  // diff_test's causal pair case: 256 whole blocks
   masked.hdim_qk = masked.hdim_v = 256;
   EXPECT_TRUE(pair_dq_applies(masked, d256, 9, split_for(masked, d256, 132)));
+  // diff_test's GQA case at hdim 224 (q 128, k 2048, 16/8 heads): 256 blocks, all whole.
+  auto gqa = bwd_shape(1, 128, 16, 8, false);
+  gqa.seqlen_k = 2048;
+  gqa.hdim_qk = gqa.hdim_v = 224;
+  s = split_for(gqa, d256, 132);
+  EXPECT_EQ(s.first, 256);
+  EXPECT_TRUE(pair_dq_applies(gqa, d256, 9, s));
   auto short_masked = bwd_shape(16, 1024, 8, 8, true);  // 16 query tiles at most: the extra step costs more
   EXPECT_FALSE(pair_dq_applies(short_masked, d256, 9, split_for(short_masked, d256, 132)));
   auto det = p;

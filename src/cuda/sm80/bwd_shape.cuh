@@ -33,7 +33,9 @@ struct BwdShape {
   // column halves, one per warp: warp (wm, wd, half) = (warp % kWmQ, warp / kWmQ % (kWdQ / 2), warp /
   // (kBwdWarps / 2)) owns rows wm·kTmQ .., columns (kWdQ / 2 · rank + wd)·kTdQ + half·kTdQ / 2 ..
   static constexpr int kTdQPair = kTdQ / 2, kNtQPair = kTdQPair / 8;
-  using TileKHalf = SmemTile<kBN, kD / 2>;  // the other key block's K, this CTA's half of the columns
+  // The other key block's K, this CTA's half of the columns (a whole K tile where unpaired: the type
+  // exists, unused, and half of some head dims is no whole swizzle period).
+  using TileKHalf = SmemTile<kBN, kTile.pair_dq ? kD / 2 : kD>;
 
   static_assert(kTile.head_dim == kHeadDim, "no tile for this head dim");
   static_assert(kBM % kWmS == 0 && kBN % kWnS == 0 && kTmS % 16 == 0 && kTnS % 16 == 0, "S warp tile");

@@ -83,6 +83,7 @@ FLASHATTN_HD constexpr bool bwd_is_instance(int head_dim) {
 // block_n never depend on big_smem (the workspace layout and the grid use them).
 FLASHATTN_HD constexpr BwdTile bwd_tile(int head_dim, bool big_smem) {
   //                                d    bm   bn  wS wKV wQ stages remat_lane wide_dq_reds split_tail longest_first
+  //                                pair_dq
   if (head_dim == 64) return BwdTile{64, 128, 128, 2, 4, 4, 2, false, false, true, true};
   if (head_dim == 96) return BwdTile{96, 64, 128, 2, 4, 4, 2, false, false, true, false};
   if (head_dim == 128) return BwdTile{128, 64, 128, 2, 4, 2, 2, true, false, true, true};

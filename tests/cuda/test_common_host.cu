@@ -545,6 +545,15 @@ TEST(CudaBackwardSplit, LastWaveInSpans) {
   EXPECT_EQ(s.parts, 32);
 }
 
+// bwd_shape with seqlen_k keys and head dim hdim.
+flashattn::BwdParams bwd_shape_keys(int64_t batch, int64_t seqlen_q, int64_t seqlen_k, int64_t heads_q,
+                                    int64_t heads_kv, int64_t hdim, bool causal) {
+  flashattn::BwdParams p = bwd_shape(batch, seqlen_q, heads_q, heads_kv, causal);
+  p.seqlen_k = seqlen_k;
+  p.hdim_qk = p.hdim_v = hdim;
+  return p;
+}
+
 // Where the sm80 backward's whole blocks run in cluster pairs that sum dQ over two key blocks
 // (bwd_plan.cu's pair_dq_applies, bwd_pair.cuh): the big hdim-256 tile on sm_90+, without soft cap,
 // varlen or deterministic mode, with an even number of key blocks per head and of whole blocks.
@@ -556,54 +565,47 @@ TEST(CudaBackwardSplit, PairedDq) {
   ASSERT_TRUE(d256.pair_dq);
   EXPECT_FALSE(bwd_tile(256, false).pair_dq);
   EXPECT_FALSE(bwd_tile(128, true).pair_dq);
+  // Whether a call pairs on sm_90 with the grid split for `sms` SMs.
+  const auto pairs = [&](const flashattn::BwdParams& p, int sms) {
+    return pair_dq_applies(p, d256, 9, split_for(p, d256, sms));
+  };
   // hdim 256 at 4k: 2048 blocks, 1980 whole (even) and 68 in spans.
-  auto p = bwd_shape(4, 4096, 8, 8, false);
-  auto s = split_for(p, d256, 132);
+  const auto p = bwd_shape(4, 4096, 8, 8, false);
+  const auto s = split_for(p, d256, 132);
   EXPECT_TRUE(pair_dq_applies(p, d256, 9, s));
   EXPECT_FALSE(pair_dq_applies(p, d256, 8, s));                 // no clusters before sm_90
   EXPECT_FALSE(pair_dq_applies(p, bwd_tile(256, false), 9, s));  // the small-memory tile
-  EXPECT_FALSE(pair_dq_applies(p, d256, 9, split_for(p, d256, 131)));  // 2048 mod 131 = 83: 1965 whole
-  auto causal = bwd_shape(4, 4096, 8, 8, true);  // pairs walk both blocks' query tiles
-  EXPECT_TRUE(pair_dq_applies(causal, d256, 9, split_for(causal, d256, 132)));
-  auto mqa = bwd_shape(1, 8192, 32, 1, true);  // every block in parts (split_long_blocks): none whole
-  mqa.hdim_qk = mqa.hdim_v = 256;
-  EXPECT_FALSE(pair_dq_applies(mqa, d256, 9, split_for(mqa, d256, 132)));
-  auto masked = bwd_shape(1, 2048, 8, 8, true);  // diff_test's causal pair case: 256 whole blocks
-  masked.hdim_qk = masked.hdim_v = 256;
-  EXPECT_TRUE(pair_dq_applies(masked, d256, 9, split_for(masked, d256, 132)));
+  EXPECT_FALSE(pairs(p, 131));                                   // 2048 mod 131 = 83: 1965 whole
+  EXPECT_TRUE(pairs(bwd_shape(4, 4096, 8, 8, true), 132));       // pairs walk both blocks' query tiles
+  // Every block in parts (split_long_blocks): none whole.
+  EXPECT_FALSE(pairs(bwd_shape_keys(1, 8192, 8192, 32, 1, 256, true), 132));
+  // diff_test's causal pair case: 256 whole blocks of up to 32 query tiles; with 16 at most the extra
+  // step costs more.
+  EXPECT_TRUE(pairs(bwd_shape_keys(1, 2048, 2048, 8, 8, 256, true), 132));
+  EXPECT_FALSE(pairs(bwd_shape(16, 1024, 8, 8, true), 132));
   // diff_test's GQA case at hdim 224 (q 128, k 2048, 16/8 heads): 256 blocks, all whole.
-  auto gqa = bwd_shape(1, 128, 16, 8, false);
-  gqa.seqlen_k = 2048;
-  gqa.hdim_qk = gqa.hdim_v = 224;
-  s = split_for(gqa, d256, 132);
-  EXPECT_EQ(s.first, 256);
-  EXPECT_TRUE(pair_dq_applies(gqa, d256, 9, s));
-  auto short_masked = bwd_shape(16, 1024, 8, 8, true);  // 16 query tiles at most: the extra step costs more
-  EXPECT_FALSE(pair_dq_applies(short_masked, d256, 9, split_for(short_masked, d256, 132)));
+  const auto gqa = bwd_shape_keys(1, 128, 2048, 16, 8, 224, false);
+  EXPECT_EQ(split_for(gqa, d256, 132).first, 256);
+  EXPECT_TRUE(pairs(gqa, 132));
   auto det = p;
   det.deterministic = true;
-  EXPECT_FALSE(pair_dq_applies(det, d256, 9, split_for(det, d256, 132)));
+  EXPECT_FALSE(pairs(det, 132));
   auto capped = p;
   capped.options.softcap = 30.f;
-  EXPECT_FALSE(pair_dq_applies(capped, d256, 9, split_for(capped, d256, 132)));
+  EXPECT_FALSE(pairs(capped, 132));
   // An odd number of key blocks per head (4097 keys: 65 blocks) never pairs.
   auto odd = p;
   odd.seqlen_k = 4097;
-  EXPECT_FALSE(pair_dq_applies(odd, d256, 9, split_for(odd, d256, 132)));
+  EXPECT_FALSE(pairs(odd, 132));
   // diff_test's cases (differential_test.cpp): q 1000, k 4352, one head (68 blocks): all in spans on
   // 132 SMs (nothing whole to pair), 66 whole on 3 (ctest's --sms=3); q 300, k 4352, 2 × 2 heads (272
   // blocks): 264 whole on 132 SMs.
-  auto one = bwd_shape(1, 1000, 1, 1, false);
-  one.seqlen_k = 4352;
-  one.hdim_qk = one.hdim_v = 256;
-  EXPECT_FALSE(pair_dq_applies(one, d256, 9, split_for(one, d256, 132)));
-  EXPECT_TRUE(pair_dq_applies(one, d256, 9, split_for(one, d256, 3)));
-  auto four = bwd_shape(2, 300, 2, 2, false);
-  four.seqlen_k = 4352;
-  four.hdim_qk = four.hdim_v = 256;
-  s = split_for(four, d256, 132);
-  EXPECT_EQ(s.first, 264);
-  EXPECT_TRUE(pair_dq_applies(four, d256, 9, s));
+  const auto one = bwd_shape_keys(1, 1000, 4352, 1, 1, 256, false);
+  EXPECT_FALSE(pairs(one, 132));
+  EXPECT_TRUE(pairs(one, 3));
+  const auto four = bwd_shape_keys(2, 300, 4352, 2, 2, 256, false);
+  EXPECT_EQ(split_for(four, d256, 132).first, 264);
+  EXPECT_TRUE(pairs(four, 132));
 }
 
 // The sm80 backward's grid order (bwd_plan.cu's key_blocks_outer): key blocks outer under a mask,

@@ -87,11 +87,29 @@ Status check_kernel_fits(const char* who, Kernel kernel, std::size_t smem, int h
   return Status::success();
 }
 
-// Per-device answers of launch_dependent: whether the kernel was asked about, and whether it has
-// griddepcontrol (a function-local static of the kernel's launcher).
-struct GriddepFlags {
-  DeviceFlags asked, has_griddep;
+// Per-device answers of has_sm90_ptx: whether the kernel was asked about, and whether its image has
+// PTX for sm_90+ (a function-local static of the kernel's launcher).
+struct Sm90PtxFlags {
+  DeviceFlags asked, has;
 };
+using GriddepFlags = Sm90PtxFlags;  // launch_dependent's: griddepcontrol needs that PTX
+
+// Whether `kernel`, as the current device runs it, was compiled from PTX for sm_90+ (griddepcontrol,
+// clusters; a build for sm_80 alone runs its sm_80 PTX there, where such code compiles to nothing).
+// Asked once per device; cuda_error names `who` on failure.
+template <class... Params>
+Status has_sm90_ptx(const char* who, void (*kernel)(Params...), Sm90PtxFlags& flags, bool* has) {
+  const int dev = current_device();
+  if (!flags.asked.test(dev)) {
+    cudaFuncAttributes attr{};
+    const cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
+    if (e != cudaSuccess) return cuda_status(who, e, "querying the kernel's PTX version");
+    if (attr.ptxVersion >= 90) flags.has.set(dev);
+    flags.asked.set(dev);
+  }
+  *has = flags.has.test(dev);
+  return Status::success();
+}
 
 // Launches `kernel`(args...) on `stream`; where `dependent` and the kernel has griddepcontrol (PTX for
 // sm_90+, asked once per device), as a programmatic dependent of the kernel launched just before it
@@ -101,13 +119,10 @@ struct GriddepFlags {
 template <class... Params, class... Args>
 Status launch_dependent(const char* who, const char* what, void (*kernel)(Params...), dim3 grid, dim3 block,
                         std::size_t smem, cudaStream_t stream, bool dependent, GriddepFlags& flags, const Args&... args) {
-  const int dev = current_device();
-  if (dependent && !flags.asked.test(dev)) {
-    cudaFuncAttributes attr{};
-    const cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
-    if (e != cudaSuccess) return cuda_status(who, e, "querying the kernel's PTX version");
-    if (attr.ptxVersion >= 90) flags.has_griddep.set(dev);
-    flags.asked.set(dev);
+  bool has_griddep = false;
+  if (dependent) {
+    const Status s = has_sm90_ptx(who, kernel, flags, &has_griddep);
+    if (!s.ok()) return s;
   }
   cudaLaunchAttribute attribute[1] = {};
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -118,7 +133,7 @@ Status launch_dependent(const char* who, const char* what, void (*kernel)(Params
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = attribute;
-  config.numAttrs = dependent && flags.has_griddep.test(dev) ? 1 : 0;
+  config.numAttrs = has_griddep ? 1 : 0;
   return cuda_status(who, cudaLaunchKernelEx(&config, kernel, args...), what);
 }
 

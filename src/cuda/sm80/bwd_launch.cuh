@@ -38,19 +38,13 @@ template <class Elem, int kHeadDim, bool kBigSmem>
 Status launch_bwd_pair(const BwdKernelParams& p, cudaStream_t stream, bool* launched) {
   constexpr int kSmem = BwdShape<kHeadDim, kBigSmem>::kSmemBytes;
   const auto kernel = bwd_main_kernel<Elem, kHeadDim, kBigSmem, false, true>;
-  static DeviceFlags asked, has_sm90;
-  const int dev = current_device();
-  if (!asked.test(dev)) {
-    cudaFuncAttributes attr{};
-    const cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
-    if (e != cudaSuccess) return bwd_cuda_status(e, "querying the paired kernel's PTX version");
-    if (attr.ptxVersion >= 90) has_sm90.set(dev);
-    asked.set(dev);
-  }
+  static Sm90PtxFlags sm90_ptx;
+  bool has_sm90 = false;
   *launched = false;
-  if (!has_sm90.test(dev)) return Status::success();
+  Status s = has_sm90_ptx("cuda sm80 backward", kernel, sm90_ptx, &has_sm90);
+  if (!s.ok() || !has_sm90) return s;
   static DeviceFlags opted_in;
-  Status s = opt_in_dynamic_smem("cuda sm80 backward", kernel, kSmem, opted_in);
+  s = opt_in_dynamic_smem("cuda sm80 backward", kernel, kSmem, opted_in);
   if (!s.ok()) return s;
   cudaLaunchAttribute attribute[1] = {};
   attribute[0].id = cudaLaunchAttributeClusterDimension;

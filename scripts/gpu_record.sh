@@ -48,6 +48,11 @@ if has sanitize; then
   split='All/Diff.Backward/sm80_b1_q1000_k300_h2x1_d256_bf16:All/Diff.Backward/sm80_b1_q1000_k1000_h1x1_d128_f16'
   run memcheck_split 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/diff_test" --sms=3 --gtest_filter="$split"
   run racecheck_split 60 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/diff_test" --sms=3 --gtest_filter="$split"
+  # dQ summed over a CTA pair (hdim 256, sm_90): without a mask, and causal.
+  pair='All/Diff.Backward/sm80_b2_q300_k4352_h2x2_d256_bf16_sampled'
+  run memcheck_pair 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/diff_test" \
+    --gtest_filter="$pair:All/Diff.Backward/sm80_b1_q2048_k2048_h8x8_d256_bf16_causal_sampled"
+  run racecheck_pair 90 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/tests/diff_test" --gtest_filter="$pair"
 fi
 
 wait_for_package

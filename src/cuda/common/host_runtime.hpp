@@ -88,11 +88,11 @@ Status check_kernel_fits(const char* who, Kernel kernel, std::size_t smem, int h
 }
 
 // Per-device answers of has_sm90_ptx: whether the kernel was asked about, and whether its image has
-// PTX for sm_90+ (a function-local static of the kernel's launcher).
+// PTX for sm_90+ (a function-local static of the kernel's launcher; launch_dependent's too, since
+// griddepcontrol needs that PTX).
 struct Sm90PtxFlags {
   DeviceFlags asked, has;
 };
-using GriddepFlags = Sm90PtxFlags;  // launch_dependent's: griddepcontrol needs that PTX
 
 // Whether `kernel`, as the current device runs it, was compiled from PTX for sm_90+ (griddepcontrol,
 // clusters; a build for sm_80 alone runs its sm_80 PTX there, where such code compiles to nothing).
@@ -118,7 +118,7 @@ Status has_sm90_ptx(const char* who, void (*kernel)(Params...), Sm90PtxFlags& fl
 // launch in stream order. cuda_error names `who` and `what` on failure.
 template <class... Params, class... Args>
 Status launch_dependent(const char* who, const char* what, void (*kernel)(Params...), dim3 grid, dim3 block,
-                        std::size_t smem, cudaStream_t stream, bool dependent, GriddepFlags& flags, const Args&... args) {
+                        std::size_t smem, cudaStream_t stream, bool dependent, Sm90PtxFlags& flags, const Args&... args) {
   bool has_griddep = false;
   if (dependent) {
     const Status s = has_sm90_ptx(who, kernel, flags, &has_griddep);

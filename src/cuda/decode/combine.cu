@@ -117,7 +117,7 @@ Status launch_combine_as(const CombineParams& p, cudaStream_t stream) {
   const int64_t rows = int64_t{p.batch} * p.heads_q * p.seqlen_q;
   const unsigned blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
   if (blocks == 0) return Status::success();
-  static GriddepFlags griddep;
+  static Sm90PtxFlags griddep;
   return launch_dependent("cuda decode combine", "kernel launch", combine_kernel<Tag>, dim3(blocks),
                           dim3(32 * kWarpsPerBlock), 0, stream, true, griddep, p);
 }

@@ -20,7 +20,7 @@ Status launch_bwd_tail(const BwdKernelParams& p, cudaStream_t stream, bool depen
   const auto kernel = ordered ? bwd_tail_kernel<Elem, kHeadDim, kBigSmem, true>
                               : bwd_tail_kernel<Elem, kHeadDim, kBigSmem, false>;
   static DeviceFlags opted_in[2];  // [ordered]
-  static GriddepFlags griddep[2];
+  static Sm90PtxFlags griddep[2];
   Status s = opt_in_dynamic_smem("cuda sm80 backward", kernel, kSmem, opted_in[ordered]);
   if (!s.ok()) return s;
   // The spans' order is worked out here, after the main kernel's launch: host time the GPU does not

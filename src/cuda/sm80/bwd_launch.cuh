@@ -32,19 +32,13 @@ Status launch_bwd_tail(const BwdKernelParams& p, cudaStream_t stream, bool depen
 }
 
 // The paired main kernel (bwd_pair.cuh) in clusters of two CTAs over the first split_first blocks.
-// Returns false (nothing launched) where this device runs a build of it without the sm_90 PTX:
-// the unpaired kernel then runs the call, with the same workspace.
+// The plan pairs only where the kernel has its sm_90 PTX (check_bwd_main_image).
 template <class Elem, int kHeadDim, bool kBigSmem>
-Status launch_bwd_pair(const BwdKernelParams& p, cudaStream_t stream, bool* launched) {
+Status launch_bwd_pair(const BwdKernelParams& p, cudaStream_t stream) {
   constexpr int kSmem = BwdShape<kHeadDim, kBigSmem>::kSmemBytes;
   const auto kernel = bwd_main_kernel<Elem, kHeadDim, kBigSmem, false, true>;
-  static Sm90PtxFlags sm90_ptx;
-  bool has_sm90 = false;
-  *launched = false;
-  Status s = has_sm90_ptx("cuda sm80 backward", kernel, sm90_ptx, &has_sm90);
-  if (!s.ok() || !has_sm90) return s;
   static DeviceFlags opted_in;
-  s = opt_in_dynamic_smem("cuda sm80 backward", kernel, kSmem, opted_in);
+  Status s = opt_in_dynamic_smem("cuda sm80 backward", kernel, kSmem, opted_in);
   if (!s.ok()) return s;
   cudaLaunchAttribute attribute[1] = {};
   attribute[0].id = cudaLaunchAttributeClusterDimension;
@@ -58,7 +52,6 @@ Status launch_bwd_pair(const BwdKernelParams& p, cudaStream_t stream, bool* laun
   config.stream = stream;
   config.attrs = attribute;
   config.numAttrs = 1;
-  *launched = true;
   return bwd_cuda_status(cudaLaunchKernelEx(&config, kernel, p), "paired main kernel launch");
 }
 
@@ -69,14 +62,15 @@ Status launch_bwd_main_tile(const BwdKernelParams& p, cudaStream_t stream) {
   const auto kernel = slope_varies ? bwd_main_kernel<Elem, kHeadDim, kBigSmem, true>
                                    : bwd_main_kernel<Elem, kHeadDim, kBigSmem, false>;
   static DeviceFlags opted_in[2];  // [slope_varies]
-  bool launched = false;
+  bool paired = false;
   if constexpr (bwd_tile(kHeadDim, kBigSmem).pair_dq) {  // the plan pairs only such tiles
     if (p.pair_dq && p.split_first > 0) {
-      Status s = launch_bwd_pair<Elem, kHeadDim, kBigSmem>(p, stream, &launched);
+      Status s = launch_bwd_pair<Elem, kHeadDim, kBigSmem>(p, stream);
       if (!s.ok()) return s;
+      paired = true;
     }
   }
-  if (p.split_first > 0 && !launched) {  // whole blocks (all of them unless split; bwd_params.cuh)
+  if (p.split_first > 0 && !paired) {  // whole blocks (all of them unless split; bwd_params.cuh)
     Status s = opt_in_dynamic_smem("cuda sm80 backward", kernel, kSmem, opted_in[slope_varies]);
     if (!s.ok()) return s;
     kernel<<<static_cast<unsigned>(p.split_first), kBwdThreads, kSmem, stream>>>(p);
@@ -90,27 +84,34 @@ Status launch_bwd_main_tile(const BwdKernelParams& p, cudaStream_t stream) {
 }
 
 template <class Elem, int kHeadDim, bool kBigSmem>
-Status check_bwd_main_image_tile() {
+Status check_bwd_main_image_tile(bool* pair_ptx) {
   static DeviceFlags checked;
   const int dev = current_device();
-  if (checked.test(dev)) return Status::success();
-  cudaFuncAttributes attr{};
-  const cudaError_t e = cudaFuncGetAttributes(&attr, bwd_main_kernel<Elem, kHeadDim, kBigSmem, false>);
-  if (e != cudaSuccess) {
-    cudaGetLastError();  // an answer, not an error of the caller's stream
-    return Status::unsupported(std::string("cuda sm80 backward: no kernel image for this GPU (") + cudaGetErrorName(e) +
-                               "); add its architecture to FLASHATTN_CUDA_ARCHS");
+  if (!checked.test(dev)) {
+    cudaFuncAttributes attr{};
+    const cudaError_t e = cudaFuncGetAttributes(&attr, bwd_main_kernel<Elem, kHeadDim, kBigSmem, false>);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // an answer, not an error of the caller's stream
+      return Status::unsupported(std::string("cuda sm80 backward: no kernel image for this GPU (") +
+                                 cudaGetErrorName(e) + "); add its architecture to FLASHATTN_CUDA_ARCHS");
+    }
+    checked.set(dev);
   }
-  checked.set(dev);
+  *pair_ptx = false;
+  if constexpr (bwd_tile(kHeadDim, kBigSmem).pair_dq) {
+    static Sm90PtxFlags sm90_ptx;
+    return has_sm90_ptx("cuda sm80 backward", bwd_main_kernel<Elem, kHeadDim, kBigSmem, false, true>, sm90_ptx,
+                        pair_ptx);
+  }
   return Status::success();
 }
 
 template <class Elem, int kHeadDim>
-Status check_bwd_main_image(bool big_smem) {
+Status check_bwd_main_image(bool big_smem, bool* pair_ptx) {
   if constexpr (bwd_tile(kHeadDim, true).stages != bwd_tile(kHeadDim, false).stages) {
-    if (big_smem) return check_bwd_main_image_tile<Elem, kHeadDim, true>();
+    if (big_smem) return check_bwd_main_image_tile<Elem, kHeadDim, true>(pair_ptx);
   }
-  return check_bwd_main_image_tile<Elem, kHeadDim, false>();
+  return check_bwd_main_image_tile<Elem, kHeadDim, false>(pair_ptx);
 }
 
 template <class Elem, int kHeadDim>

@@ -18,9 +18,10 @@ namespace flashattn::cuda::sm80 {
 template <class Elem, int kHeadDim>
 Status launch_bwd_main(const BwdKernelParams& params, cudaStream_t stream, bool big_smem);
 // ok when this build holds machine code (or PTX) of the instance for the current device; else
-// not_supported naming FLASHATTN_CUDA_ARCHS.
+// not_supported naming FLASHATTN_CUDA_ARCHS. *pair_ptx: whether the tile's paired kernel
+// (bwd_pair.cuh) runs here from PTX for sm_90+ (a build for sm_80 alone runs it without clusters).
 template <class Elem, int kHeadDim>
-Status check_bwd_main_image(bool big_smem);
+Status check_bwd_main_image(bool big_smem, bool* pair_ptx);
 
 // D = rowsum(dO ∘ O) and LSE·log2e into the workspace; zeroes dq_accum and the counters.
 Status launch_bwd_preprocess(const BwdKernelParams& params, DType dtype, cudaStream_t stream);

@@ -380,13 +380,14 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
   }
   const bool big_smem = use_big_tile(dev, head_dim);
   const int i = dtype_index(p.dtype);
-  FLASHATTN_TRY(inst->bwd_check[i](big_smem));
+  bool pair_ptx = false;
+  FLASHATTN_TRY(inst->bwd_check[i](big_smem, &pair_ptx));
   const BwdSplit split = split_for(p, tile, dev.num_sms);
   const BwdPlanDetail d{inst->bwd_run[i],
                         head_dim,
                         big_smem,
                         key_blocks_outer(p, tile, dev.memory_bandwidth),
-                        pair_dq_applies(p, bwd_tile(head_dim, big_smem), dev.cc_major, split),
+                        pair_ptx && pair_dq_applies(p, bwd_tile(head_dim, big_smem), dev.cc_major, split),
                         workspace_layout(p, head_dim, tile.block_m, tile.block_n, split)};
   plan->workspace_bytes = d.workspace.bytes;
   plan->workspace_alignment = 16;  // the kernels' vector loads and stores of the fp32 sums

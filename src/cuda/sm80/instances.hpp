@@ -16,7 +16,7 @@ namespace flashattn::cuda::sm80 {
 using FwdRunFn = Status (*)(const FwdParams& params, bool big_smem);
 using FwdCheckFn = Status (*)(const FwdParams& params, bool big_smem);
 using BwdRunFn = Status (*)(const BwdKernelParams& params, cudaStream_t stream, bool big_smem);
-using BwdCheckFn = Status (*)(bool big_smem);
+using BwdCheckFn = Status (*)(bool big_smem, bool* pair_ptx);
 
 struct Instance {
   int head_dim;

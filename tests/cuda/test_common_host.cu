@@ -22,11 +22,13 @@
 #include "cuda/sm80/bwd_split.hpp"
 #include "cuda/sm80/bwd_tile.cuh"
 #include "cuda/sm80/fwd_traits.cuh"
+#include "cuda/sm80/instances.hpp"
 #include "cuda/sm80/scheduler.cuh"
 #include "cuda/sm80/smem_tile.cuh"
 #include "cuda/sm90/bwd_grid_order.cuh"
 #include "cuda/sm90/bwd_launch.hpp"
 #include "cuda/sm90/bwd_maps.hpp"
+#include "test_util.cuh"
 
 namespace {
 
@@ -552,6 +554,24 @@ flashattn::BwdParams bwd_shape_keys(int64_t batch, int64_t seqlen_q, int64_t seq
   p.seqlen_k = seqlen_k;
   p.hdim_qk = p.hdim_v = hdim;
   return p;
+}
+
+// The plan pairs only where the paired kernel runs from PTX for sm_90+ (check_bwd_main_image's
+// *pair_ptx): on a compute capability 9.0 GPU with a build for sm_90, so that the pair runs on the
+// H100/H200 the tests and the benchmark use; on an earlier GPU never (it would run without clusters).
+TEST(CudaBackwardSplit, PairedKernelHasSm90PtxWhereBuiltForIt) {
+  FA_REQUIRE_DEVICE();
+  const flashattn::cuda::sm80::Instance* inst = flashattn::cuda::sm80::find_instance(256);
+  if (inst == nullptr || inst->head_dim != 256) GTEST_SKIP() << "no hdim-256 instance in this build";
+  int dev = 0, major = 0;
+  FA_CUDA_OK(cudaGetDevice(&dev));
+  FA_CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major > 9) GTEST_SKIP() << "compute capability " << major << ".x: which image runs depends on the build";
+  bool pair_ptx = major < 9;  // the wrong answer, so that an unset flag fails
+  const flashattn::Status s =
+      inst->bwd_check[flashattn::cuda::dtype_index(flashattn::DType::bf16)](/*big_smem=*/true, &pair_ptx);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(pair_ptx, major == 9 && FLASHATTN_TEST_BUILT_FOR_SM90 != 0);
 }
 
 // Where the sm80 backward's whole blocks run in cluster pairs that sum dQ over two key blocks

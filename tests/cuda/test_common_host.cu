@@ -585,16 +585,16 @@ TEST(CudaBackwardSplit, PairedDq) {
   ASSERT_TRUE(d256.pair_dq);
   EXPECT_FALSE(bwd_tile(256, false).pair_dq);
   EXPECT_FALSE(bwd_tile(128, true).pair_dq);
-  // Whether a call pairs on sm_90 with the grid split for `sms` SMs.
+  // Whether a call pairs where the paired kernel has its sm_90 PTX, with the grid split for `sms` SMs.
   const auto pairs = [&](const flashattn::BwdParams& p, int sms) {
-    return pair_dq_applies(p, d256, 9, split_for(p, d256, sms));
+    return pair_dq_applies(p, d256, true, split_for(p, d256, sms));
   };
   // hdim 256 at 4k: 2048 blocks, 1980 whole (even) and 68 in spans.
   const auto p = bwd_shape(4, 4096, 8, 8, false);
   const auto s = split_for(p, d256, 132);
-  EXPECT_TRUE(pair_dq_applies(p, d256, 9, s));
-  EXPECT_FALSE(pair_dq_applies(p, d256, 8, s));                 // no clusters before sm_90
-  EXPECT_FALSE(pair_dq_applies(p, bwd_tile(256, false), 9, s));  // the small-memory tile
+  EXPECT_TRUE(pair_dq_applies(p, d256, true, s));
+  EXPECT_FALSE(pair_dq_applies(p, d256, false, s));                 // no sm_90 PTX: no clusters
+  EXPECT_FALSE(pair_dq_applies(p, bwd_tile(256, false), true, s));  // the small-memory tile
   EXPECT_FALSE(pairs(p, 131));                                   // 2048 mod 131 = 83: 1965 whole
   EXPECT_TRUE(pairs(bwd_shape(4, 4096, 8, 8, true), 132));       // pairs walk both blocks' query tiles
   // Every block in parts (split_long_blocks): none whole.

@@ -322,8 +322,8 @@ struct BwdPlanDetail {
 
 }  // namespace
 
-bool pair_dq_applies(const BwdParams& p, const BwdTile& tile, int cc_major, const BwdSplit& split) {
-  if (!tile.pair_dq || cc_major < 9 || p.deterministic || p.is_varlen() || score_slope_varies(p.options)) {
+bool pair_dq_applies(const BwdParams& p, const BwdTile& tile, bool sm90_ptx, const BwdSplit& split) {
+  if (!tile.pair_dq || !sm90_ptx || p.deterministic || p.is_varlen() || score_slope_varies(p.options)) {
     return false;
   }
   // Pairs are grid blocks 2i and 2i + 1: key blocks 2c and 2c + 1 of one head when a head has an
@@ -387,7 +387,7 @@ Status plan_backward(const BwdParams& p, Plan* plan) {
                         head_dim,
                         big_smem,
                         key_blocks_outer(p, tile, dev.memory_bandwidth),
-                        pair_ptx && pair_dq_applies(p, bwd_tile(head_dim, big_smem), dev.cc_major, split),
+                        pair_dq_applies(p, bwd_tile(head_dim, big_smem), pair_ptx, split),
                         workspace_layout(p, head_dim, tile.block_m, tile.block_n, split)};
   plan->workspace_bytes = d.workspace.bytes;
   plan->workspace_alignment = 16;  // the kernels' vector loads and stores of the fp32 sums

@@ -26,10 +26,11 @@ BwdSplit split_for(const BwdParams& p, const BwdTile& tile, int num_sms);
 int tail_order(const BwdKernelParams& p, TailOrder& order);
 
 // Whether the first split.first blocks run in cluster pairs that sum dQ over two key blocks
-// (BwdTile::pair_dq, bwd_pair.cuh): tiles that have it, on sm_90+, without soft cap, varlen or
+// (BwdTile::pair_dq, bwd_pair.cuh): tiles that have it, where the paired kernel runs from its sm_90
+// PTX (sm90_ptx: check_bwd_main_image's answer; clusters need it), without soft cap, varlen or
 // deterministic mode, where the pairs line up (an even number of key blocks per head and of whole
 // blocks).
-bool pair_dq_applies(const BwdParams& p, const BwdTile& tile, int cc_major, const BwdSplit& split);
+bool pair_dq_applies(const BwdParams& p, const BwdTile& tile, bool sm90_ptx, const BwdSplit& split);
 
 // Whether the grid runs key blocks outer (scheduler.cuh's bwd_block_index) on a GPU whose memory
 // moves memory_bandwidth bytes/s (0: unknown): under a mask with edges, where measured faster.
